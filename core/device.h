@@ -1,0 +1,35 @@
+#pragma once
+// Device: where a tensor's storage lives ("cpu", "cuda:0", ...).
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace halfgrad {
+
+enum class DeviceType : uint8_t { CPU, CUDA };
+
+struct Device {
+  DeviceType type = DeviceType::CPU;
+  int index = 0;  // CUDA ordinal; always 0 for the CPU
+
+  static Device cpu() { return {DeviceType::CPU, 0}; }
+  static Device cuda(int index = 0) { return {DeviceType::CUDA, index}; }
+  // "cpu", "cuda", "cuda:1"; anything else is an Error.
+  static Device parse(std::string_view text);
+
+  bool is_cpu() const { return type == DeviceType::CPU; }
+  bool is_cuda() const { return type == DeviceType::CUDA; }
+  std::string str() const;
+  bool operator==(const Device&) const = default;
+};
+
+std::string_view device_type_name(DeviceType t);
+
+namespace cuda {
+// True when the CUDA backend is built in and a device can be used. Any
+// failure of the driver or runtime counts as "no device".
+bool is_available();
+int device_count();
+}  // namespace cuda
+
+}  // namespace halfgrad

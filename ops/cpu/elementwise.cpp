@@ -1,0 +1,77 @@
+// CPU elementwise kernels: the shared math of ops/math.h inside the strided
+// loop of ops/cpu/loops.h. Half types load as float, compute, round once.
+#include <cstring>
+#include <limits>
+
+#include "ops/cpu/cpu_kernels.h"
+#include "ops/cpu/loops.h"
+#include "ops/math.h"
+
+namespace halfgrad::cpu {
+
+using kernels::BinaryOp;
+using kernels::UnaryOp;
+
+void unary(UnaryOp op, const Tensor& in, const Tensor& out, kernels::UnaryParams p) {
+  HG_DISPATCH_NUMERIC(in.dtype(), "unary", [&] {
+    using acc = acc_t<scalar_t>;
+    const acc a = static_cast<acc>(p.a), b = static_cast<acc>(p.b);
+    auto run = [&]<UnaryOp Op>() {
+      if constexpr (std::is_integral_v<acc> && !math::unary_supports_int(Op)) {
+        fail("unary: op is not defined for integer tensors ({})", in.describe());
+      } else {
+        map<scalar_t, scalar_t>(out, [=](scalar_t x) { return scalar_t(math::unary_fn<Op>(acc(x), a, b)); }, in);
+      }
+    };
+    HG_UNARY_OP_SWITCH(op, run);
+  });
+}
+
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, double alpha) {
+  HG_DISPATCH_NUMERIC(a.dtype(), "binary", [&] {
+    using acc = acc_t<scalar_t>;
+    const acc al = static_cast<acc>(alpha);
+    auto arith = [&]<BinaryOp Op>() {
+      map<scalar_t, scalar_t, scalar_t>(
+          out, [=](scalar_t x, scalar_t y) { return scalar_t(math::binary_fn<Op>(acc(x), acc(y), al)); }, a, b);
+    };
+    auto compare = [&]<BinaryOp Op>() {
+      map<bool, scalar_t, scalar_t>(out, [](scalar_t x, scalar_t y) { return math::compare_fn<Op>(acc(x), acc(y)); },
+                                    a, b);
+    };
+    if (out.dtype() == DType::Bool) {
+      HG_COMPARE_OP_SWITCH(op, compare);
+    } else {
+      HG_ARITH_OP_SWITCH(op, arith);
+    }
+  });
+}
+
+void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
+  HG_DISPATCH_ALL(a.dtype(), "where", [&] {
+    map<scalar_t, bool, scalar_t, scalar_t>(out, [](bool c, scalar_t x, scalar_t y) { return c ? x : y; }, cond, a,
+                                            b);
+  });
+}
+
+void fill(const Tensor& out, double value) {
+  HG_DISPATCH_ALL(out.dtype(), "fill", [&] {
+    const scalar_t v = convert<scalar_t>(value);
+    map<scalar_t>(out, [=]() { return v; });
+  });
+}
+
+void copy(const Tensor& dst, const Tensor& src) {
+  if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
+    if (dst.numel() > 0) std::memcpy(dst.data_ptr(), src.data_ptr(), dst.numel() * itemsize(dst.dtype()));
+    return;
+  }
+  HG_DISPATCH_ALL(dst.dtype(), "copy", [&] {
+    using D = scalar_t;
+    HG_DISPATCH_ALL(src.dtype(), "copy", [&] {
+      map<D, scalar_t>(dst, [](scalar_t x) { return convert<D>(x); }, src);
+    });
+  });
+}
+
+}  // namespace halfgrad::cpu

@@ -1,0 +1,69 @@
+#pragma once
+// The backend kernel interface: what ops/ asks of a backend. Each entry
+// point picks ops/cpu or ops/cuda by the tensors' device (ops/kernels.cpp)
+// and the dtype inside the backend. Kernels write into `out` tensors that
+// the op has allocated; they never allocate outputs themselves and never
+// record autograd history.
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace halfgrad::kernels {
+
+enum class UnaryOp : uint8_t {
+  Neg, Exp, Log, Sqrt, Abs, Relu, Gelu, Sigmoid, Tanh,
+  Clamp,      // p.a = min (NaN: none), p.b = max (NaN: none)
+  PowScalar,  // x ^ p.a
+  GeluGrad,   // d gelu / dx
+  Sign,
+};
+struct UnaryParams {
+  double a = 0, b = 0;
+};
+
+enum class BinaryOp : uint8_t {
+  Add, Sub, Mul, Div, Pow, Maximum, Minimum,  // out dtype = input dtype
+  Eq, Ne, Lt, Le, Gt, Ge,                     // out dtype = bool
+};
+
+// out = op(in). Same shape; in and out share a dtype.
+void unary(UnaryOp op, const Tensor& in, const Tensor& out, UnaryParams p = {});
+// out = op(a, b); a and b are (possibly expanded) views of out's shape with one dtype.
+// Add and Sub compute a + alpha * b and a - alpha * b.
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, double alpha = 1.0);
+// out = cond ? a : b, all views of out's shape.
+void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out);
+void fill(const Tensor& out, double value);
+// dst = src element by element: same shape, any dtypes, any devices, any strides.
+void copy(const Tensor& dst, const Tensor& src);
+
+enum class ReduceOp : uint8_t { Sum, Mean, Max, ArgMax };
+// Reduce `in` over `dims` (sorted, non-negative, unique) into `out`, whose
+// shape is in's shape with those dims set to 1. Float inputs accumulate in
+// float32 (float64 for float64). ArgMax writes int64 indices (one dim only).
+void reduce(ReduceOp op, const Tensor& in, const std::vector<int64_t>& dims, const Tensor& out);
+
+// out[b] = a[b] @ b[b] (+ bias) (+ beta * out): a [.., m, k], b [.., k, n], out [.., m, n]
+// with 2 or 3 dims (the batch dim of a or b may be stride 0); any strides for
+// a and b, rows of out contiguous. Accumulates in float32 (float64 for float64).
+void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias = Tensor(), float beta = 0.f);
+
+// Softmax over the last dim of a contiguous tensor (log: log-softmax).
+void softmax(const Tensor& in, const Tensor& out, bool log);
+// grad_in from grad_out and the forward output y: softmax: y * (g - sum(g*y));
+// log-softmax: g - exp(y) * sum(g).
+void softmax_backward(const Tensor& grad_out, const Tensor& y, const Tensor& grad_in, bool log);
+// Per-sample negative log-likelihood: out[i] = -logp[i, target[i]] (0 where
+// target == ignore_index). logp [N, C] contiguous, target int64 [N]. A target
+// outside [0, C) other than ignore_index is an Error naming it.
+void nll_loss(const Tensor& logp, const Tensor& target, const Tensor& out, int64_t ignore_index);
+// grad_logp[i, target[i]] = -grad[i] (other entries 0). grad [N], grad_logp [N, C].
+void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& grad_logp, int64_t ignore_index);
+
+// Random fills from the global generator (core/random.h).
+void uniform(const Tensor& out, double low, double high);
+void normal(const Tensor& out, double mean, double std);
+void randint(const Tensor& out, int64_t low, int64_t high);
+
+}  // namespace halfgrad::kernels

@@ -1,0 +1,171 @@
+// Matrix products. mm, bmm, addmm and linear are ops with their own GEMM
+// call and backward; matmul is composite (PyTorch's shape rules on top of
+// mm/bmm) but still one dispatcher entry, so autocast sees "matmul".
+#include "ops/dispatch.h"
+#include "ops/kernels.h"
+#include "ops/ops.h"
+#include "ops/util.h"
+
+namespace halfgrad {
+
+using dispatch::Grads;
+using dispatch::Save;
+using dispatch::Saved;
+
+namespace {
+void check_float(std::string_view op, const Tensor& t) {
+  HG_CHECK(is_floating(t.dtype()), "{}: expected a floating tensor, got {}. Cast it first, e.g. .to(float32).", op,
+           t.describe());
+}
+
+// A view whose innermost stride is 1 or whose row stride is 1 (what the GEMM
+// takes without copying); anything else is made contiguous first.
+Tensor gemm_operand(const Tensor& t) {
+  const int64_t n = t.dim();
+  const bool rows_ok = t.strides()[n - 1] == 1 || t.shape()[n - 1] == 1;
+  const bool cols_ok = t.strides()[n - 2] == 1 || t.shape()[n - 2] == 1;
+  return rows_ok || cols_ok ? t : t.contiguous();
+}
+
+Tensor gemm_new(const Tensor& a, const Tensor& b, const Shape& shape, const Tensor& bias = Tensor()) {
+  Tensor out = make_tensor(shape, a.options());
+  kernels::gemm(gemm_operand(a), gemm_operand(b), out, bias);
+  return out;
+}
+}  // namespace
+
+Tensor mm(const Tensor& a, const Tensor& b) {
+  HG_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-d tensors, got {} and {}", a.describe(), b.describe());
+  HG_CHECK(a.shape()[1] == b.shape()[0], "mm: shapes {} and {} cannot be multiplied ({} != {})", shape_str(a.shape()),
+           shape_str(b.shape()), a.shape()[1], b.shape()[0]);
+  check_float("mm", a);
+  ops::check_same_dtype("mm", {a, b});
+  return dispatch::call(
+      "mm", {a, b},
+      [](const std::vector<Tensor>& in) {
+        ops::check_same_dtype("mm", in);
+        return gemm_new(in[0], in[1], {in[0].shape()[0], in[1].shape()[1]});
+      },
+      [](const Saved& s, const Tensor& g) -> Grads {
+        return {mm(g, s.input(1).t()), mm(s.input(0).t(), g)};
+      },
+      Save::Inputs);
+}
+
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  HG_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected 3-d tensors, got {} and {}", a.describe(), b.describe());
+  HG_CHECK(a.shape()[0] == b.shape()[0] && a.shape()[2] == b.shape()[1],
+           "bmm: shapes {} and {} cannot be multiplied (batch {} vs {}, inner {} vs {})", shape_str(a.shape()),
+           shape_str(b.shape()), a.shape()[0], b.shape()[0], a.shape()[2], b.shape()[1]);
+  check_float("bmm", a);
+  ops::check_same_dtype("bmm", {a, b});
+  return dispatch::call(
+      "bmm", {a, b},
+      [](const std::vector<Tensor>& in) {
+        ops::check_same_dtype("bmm", in);
+        return gemm_new(in[0], in[1], {in[0].shape()[0], in[0].shape()[1], in[1].shape()[2]});
+      },
+      [](const Saved& s, const Tensor& g) -> Grads {
+        return {bmm(g, s.input(1).transpose(1, 2)), bmm(s.input(0).transpose(1, 2), g)};
+      },
+      Save::Inputs);
+}
+
+Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, double beta, double alpha) {
+  HG_CHECK(a.dim() == 2 && b.dim() == 2 && a.shape()[1] == b.shape()[0],
+           "addmm: shapes {} and {} cannot be multiplied", shape_str(a.shape()), shape_str(b.shape()));
+  check_float("addmm", a);
+  ops::check_same_dtype("addmm", {bias, a, b});
+  const Shape out_shape{a.shape()[0], b.shape()[1]};
+  ops::broadcast_shapes("addmm", bias.shape(), out_shape);
+  const Shape bias_shape = bias.shape();
+  return dispatch::call(
+      "addmm", {bias, a, b},
+      [out_shape, beta, alpha](const std::vector<Tensor>& in) {
+        ops::check_same_dtype("addmm", in);
+        // out = beta * bias (broadcast), then out += alpha * (a @ b) in one GEMM
+        Tensor out = make_tensor(out_shape, in[1].options());
+        kernels::copy(out, ops::broadcast_to(beta == 1.0 ? in[0] : mul(in[0], beta), out_shape));
+        Tensor a = alpha == 1.0 ? in[1] : mul(in[1], alpha);
+        kernels::gemm(gemm_operand(a), gemm_operand(in[2]), out, Tensor(), 1.0f);
+        return out;
+      },
+      [beta, alpha, bias_shape](const Saved& s, const Tensor& g) -> Grads {
+        const Tensor ga = mm(g, s.input(2).t()), gb = mm(s.input(1).t(), g);
+        return {sum_to(beta == 1.0 ? g : mul(g, beta), bias_shape), alpha == 1.0 ? ga : mul(ga, alpha),
+                alpha == 1.0 ? gb : mul(gb, alpha)};
+      },
+      Save::Inputs);
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  HG_CHECK(weight.dim() == 2, "linear: weight must be 2-d [out_features, in_features], got {}", weight.describe());
+  HG_CHECK(x.dim() >= 1 && x.shape().back() == weight.shape()[1],
+           "linear: input {} does not match weight {} (input's last dim must be in_features = {})", x.describe(),
+           weight.describe(), weight.shape()[1]);
+  HG_CHECK(!bias.defined() || (bias.dim() == 1 && bias.shape()[0] == weight.shape()[0]),
+           "linear: bias {} must be 1-d with out_features = {} elements", bias.describe(), weight.shape()[0]);
+  check_float("linear", x);
+  ops::check_same_dtype("linear", {x, weight, bias});
+  const Shape x_shape = x.shape();
+  const bool has_bias = bias.defined();
+  return dispatch::call(
+      "linear", {x, weight, bias},
+      [](const std::vector<Tensor>& in) {
+        ops::check_same_dtype("linear", in);
+        const Tensor& x = in[0];
+        const Tensor& w = in[1];
+        // [*, in] -> [N, in]; y = x W^T + b with the bias in the GEMM's epilogue
+        const Tensor x2 = x.dim() == 2 ? x : x.reshape({-1, x.shape().back()});
+        Tensor y = gemm_new(x2, w.t(), {x2.shape()[0], w.shape()[0]}, in[2]);
+        if (x.dim() == 2) return y;
+        Shape out_shape = x.shape();
+        out_shape.back() = w.shape()[0];
+        return y.view(out_shape);
+      },
+      [x_shape, has_bias](const Saved& s, const Tensor& g) -> Grads {
+        const Tensor& x = s.input(0);
+        const Tensor& w = s.input(1);
+        const Tensor g2 = g.dim() == 2 ? g : g.reshape({-1, g.shape().back()});
+        const Tensor x2 = x.dim() == 2 ? x : x.reshape({-1, x.shape().back()});
+        Tensor gx = mm(g2, w);  // [N, in]
+        if (x.dim() != 2) gx = gx.view(x_shape);
+        return {gx, mm(g2.t(), x2), has_bias ? sum(g2, {0}) : Tensor()};
+      },
+      Save::Inputs);
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  HG_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need at least 1 dim, got {} and {}", a.describe(),
+           b.describe());
+  return dispatch::composite("matmul", {a, b}, [](const std::vector<Tensor>& in) -> Tensor {
+    const Tensor &a = in[0], &b = in[1];
+    if (a.dim() == 1 && b.dim() == 1) {
+      HG_CHECK(a.shape()[0] == b.shape()[0], "matmul: 1-d tensors of different sizes {} and {}", a.describe(),
+               b.describe());
+      return mm(a.unsqueeze(0), b.unsqueeze(1)).reshape({});
+    }
+    if (a.dim() == 2 && b.dim() == 1) return mm(a, b.unsqueeze(1)).squeeze(1);
+    if (a.dim() == 1 && b.dim() == 2) return mm(a.unsqueeze(0), b).squeeze(0);
+    if (a.dim() == 2 && b.dim() == 2) return mm(a, b);
+    // Batched: broadcast the batch dims, fold them into one, bmm, unfold.
+    const Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;
+    const Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;
+    const Shape ba(a2.shape().begin(), a2.shape().end() - 2), bb(b2.shape().begin(), b2.shape().end() - 2);
+    const Shape batch = ops::broadcast_shapes("matmul", ba, bb);
+    const int64_t m = a2.shape()[a2.dim() - 2], k = a2.shape().back(), n = b2.shape().back();
+    HG_CHECK(b2.shape()[b2.dim() - 2] == k, "matmul: shapes {} and {} cannot be multiplied ({} != {})",
+             shape_str(a.shape()), shape_str(b.shape()), k, b2.shape()[b2.dim() - 2]);
+    Shape ea = batch, eb = batch;
+    ea.insert(ea.end(), {m, k});
+    eb.insert(eb.end(), {k, n});
+    const int64_t nb = shape_numel(batch);
+    Tensor y = bmm(a2.expand(ea).reshape({nb, m, k}), b2.expand(eb).reshape({nb, k, n}));
+    Shape out = batch;
+    if (a.dim() > 1) out.push_back(m);
+    if (b.dim() > 1) out.push_back(n);
+    return y.reshape(out);
+  });
+}
+
+}  // namespace halfgrad

@@ -1,0 +1,174 @@
+// softmax / log_softmax, the losses, dropout. cross_entropy is one fused op
+// (log-softmax + NLL forward, softmax - one-hot backward) rather than two,
+// so its backward needs no second pass over the logits.
+#include <cmath>
+#include <limits>
+#include <memory>
+
+#include "ops/dispatch.h"
+#include "ops/kernels.h"
+#include "ops/ops.h"
+#include "ops/util.h"
+
+namespace halfgrad {
+
+using dispatch::Grads;
+using dispatch::Save;
+using dispatch::Saved;
+
+namespace {
+
+// softmax over `dim`: the kernel works on the last dim of a contiguous
+// tensor, so other dims are moved last and back.
+Tensor softmax_impl(std::string_view name, const Tensor& a, int64_t dim, bool log) {
+  HG_CHECK(is_floating(a.dtype()), "{}: input {} must be floating", name, a.describe());
+  const int64_t d = ops::wrap_dim(name, dim, a.dim());
+  const bool last = a.dim() == 0 || d == a.dim() - 1;
+  return dispatch::call(
+      name, {a},
+      [d, last, log](const std::vector<Tensor>& in) {
+        const Tensor x = (last ? in[0] : in[0].transpose(d, -1)).contiguous();
+        Tensor y = make_tensor(x.shape(), x.options());
+        kernels::softmax(x, y, log);
+        return last ? y : y.transpose(d, -1);
+      },
+      [d, last, log](const Saved& s, const Tensor& g) -> Grads {
+        const Tensor y = (last ? s.output() : s.output().transpose(d, -1)).contiguous();
+        const Tensor gl = (last ? g : g.transpose(d, -1)).contiguous();
+        Tensor gi = make_tensor(y.shape(), y.options());
+        kernels::softmax_backward(gl, y, gi, log);
+        return {last ? gi : gi.transpose(d, -1)};
+      },
+      Save::Output);
+}
+
+void check_targets(std::string_view op, const Tensor& input, const Tensor& target) {
+  HG_CHECK(input.dim() == 2, "{}: input must be 2-d [batch, classes], got {}", op, input.describe());
+  HG_CHECK(target.dtype() == DType::Int64,
+           "{}: target must hold class indices as int64, got {}. For class probabilities, use a loss that takes "
+           "them; for float-valued class indices, cast with .to(int64).",
+           op, target.describe());
+  HG_CHECK(target.dim() == 1 && target.shape()[0] == input.shape()[0],
+           "{}: target {} must be 1-d with one class index per row of input {}", op, target.describe(),
+           input.describe());
+  HG_CHECK(is_floating(input.dtype()), "{}: input {} must be floating", op, input.describe());
+}
+
+// Per-sample losses [N] -> the requested reduction. Mean divides by the
+// number of targets that are not ignore_index (NaN when all are ignored, as in PyTorch).
+Tensor reduce_loss(const Tensor& per_sample, Reduction reduction, double count) {
+  switch (reduction) {
+    case Reduction::None: return per_sample;
+    case Reduction::Sum: return sum(per_sample);
+    case Reduction::Mean: return div(sum(per_sample), count);
+  }
+  return per_sample;
+}
+
+// The gradient of each sample's loss, from the reduced loss's gradient.
+Tensor per_sample_grad(const Tensor& g, Reduction reduction, int64_t n, double count) {
+  if (reduction == Reduction::None) return g.contiguous();
+  const Tensor gs = reduction == Reduction::Mean ? div(g, count) : g;
+  return ops::broadcast_to(gs.reshape({1}), {n}).contiguous();
+}
+
+double target_count(const Tensor& target, int64_t ignore_index) {
+  return static_cast<double>(sum(ne(target, static_cast<double>(ignore_index))).item<int64_t>());
+}
+
+}  // namespace
+
+Tensor softmax(const Tensor& a, int64_t dim) { return softmax_impl("softmax", a, dim, false); }
+Tensor log_softmax(const Tensor& a, int64_t dim) { return softmax_impl("log_softmax", a, dim, true); }
+
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction, int64_t ignore_index) {
+  check_targets("nll_loss", log_probs, target);
+  const int64_t n = log_probs.shape()[0];
+  return dispatch::call(
+      "nll_loss", {log_probs, target},
+      [=](const std::vector<Tensor>& in) {
+        const Tensor lp = in[0].contiguous();
+        Tensor per = make_tensor({n}, lp.options());
+        kernels::nll_loss(lp, in[1].contiguous(), per, ignore_index);
+        const double count = reduction == Reduction::Mean ? target_count(in[1], ignore_index) : 1.0;
+        return reduce_loss(per, reduction, count);
+      },
+      [=](const Saved& s, const Tensor& g) -> Grads {
+        const Tensor& t = s.input(1);
+        const double count = reduction == Reduction::Mean ? target_count(t, ignore_index) : 1.0;
+        Tensor glp = make_tensor(s.input(0).shape(), g.options());
+        kernels::nll_loss_backward(per_sample_grad(g, reduction, n, count), t.contiguous(), glp, ignore_index);
+        return {glp, Tensor()};
+      },
+      Save::Inputs);
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction, int64_t ignore_index) {
+  check_targets("cross_entropy", logits, target);
+  const int64_t n = logits.shape()[0];
+  // log-probabilities computed in forward, kept for backward
+  auto logp = std::make_shared<Tensor>();
+  auto count = std::make_shared<double>(1.0);
+  return dispatch::call(
+      "cross_entropy", {logits, target},
+      [=](const std::vector<Tensor>& in) {
+        const Tensor x = in[0].contiguous();
+        *logp = make_tensor(x.shape(), x.options());
+        kernels::softmax(x, *logp, /*log=*/true);
+        Tensor per = make_tensor({n}, x.options());
+        kernels::nll_loss(*logp, in[1].contiguous(), per, ignore_index);
+        if (reduction == Reduction::Mean) *count = target_count(in[1], ignore_index);
+        return reduce_loss(per, reduction, *count);
+      },
+      [=](const Saved& s, const Tensor& g) -> Grads {
+        const Tensor& t = s.input(1);
+        Tensor glp = make_tensor(logp->shape(), logp->options());
+        kernels::nll_loss_backward(per_sample_grad(g.to(logp->dtype()), reduction, n, *count), t.contiguous(), glp,
+                                   ignore_index);
+        Tensor gx = make_tensor(logp->shape(), logp->options());
+        kernels::softmax_backward(glp, *logp, gx, /*log=*/true);  // softmax(x) * sum - one-hot
+        return {gx, Tensor()};
+      },
+      Save::Inputs);
+}
+
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  HG_CHECK(is_floating(input.dtype()) && is_floating(target.dtype()),
+           "mse_loss: input {} and target {} must be floating", input.describe(), target.describe());
+  ops::broadcast_shapes("mse_loss", input.shape(), target.shape());
+  HG_CHECK(input.shape() == target.shape(),
+           "mse_loss: input {} and target {} should have the same shape (PyTorch broadcasts with a warning; "
+           "halfgrad asks you to expand explicitly)",
+           input.describe(), target.describe());
+  const DType dt = promote_types(input.dtype(), target.dtype());
+  return dispatch::call(
+      "mse_loss", {input.to(dt), target.to(dt)},
+      [reduction](const std::vector<Tensor>& in) {
+        const Tensor d = sub(in[0], in[1]);
+        const Tensor sq = mul(d, d);
+        return reduction == Reduction::None ? sq : (reduction == Reduction::Sum ? sum(sq) : mean(sq));
+      },
+      [reduction](const Saved& s, const Tensor& g) -> Grads {
+        const Tensor d = sub(s.input(0), s.input(1));
+        double scale = 2.0;
+        if (reduction == Reduction::Mean) scale /= static_cast<double>(d.numel());
+        const Tensor gd = mul(mul(d, scale), reduction == Reduction::None ? g : ops::broadcast_to(g, d.shape()));
+        return {gd, neg(gd)};
+      },
+      Save::Inputs);
+}
+
+Tensor dropout(const Tensor& a, double p, bool training) {
+  HG_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability must be in [0, 1], got {}", p);
+  if (!training || p == 0.0) return a;
+  return dispatch::composite("dropout", {a}, [p](const std::vector<Tensor>& in) {
+    const Tensor& x = in[0];
+    if (p == 1.0) return mul(x, 0.0);
+    // keep with probability 1 - p, scale kept values by 1 / (1 - p)
+    const Tensor keep = ge(rand(x.shape(), x.options()), p);
+    const Tensor mask = div(keep.to(x.dtype()), 1.0 - p);
+    return mul(x, mask);
+  });
+}
+
+}  // namespace halfgrad
