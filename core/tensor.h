@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,12 +38,15 @@ class TensorOptions {
   TensorOptions dtype(DType d) const { auto o = *this; o.dtype_ = d; return o; }
   TensorOptions device(Device d) const { auto o = *this; o.device_ = d; return o; }
   TensorOptions requires_grad(bool r) const { auto o = *this; o.requires_grad_ = r; return o; }
-  DType dtype() const { return dtype_; }
+  DType dtype() const { return dtype_.value_or(DType::Float32); }
+  bool has_dtype() const { return dtype_.has_value(); }
+  // The dtype if one was given, else the factory's own default (int64 for randint).
+  TensorOptions with_default_dtype(DType d) const { return has_dtype() ? *this : dtype(d); }
   Device device() const { return device_; }
   bool requires_grad() const { return requires_grad_; }
 
  private:
-  DType dtype_ = DType::Float32;
+  std::optional<DType> dtype_;  // unset: float32, or the factory's default
   Device device_ = Device::cpu();
   bool requires_grad_ = false;
 };

@@ -35,7 +35,9 @@ Tensor full(const Shape& shape, double value, TensorOptions o) {
 Tensor zeros(const Shape& shape, TensorOptions o) { return full(shape, 0.0, o); }
 Tensor ones(const Shape& shape, TensorOptions o) { return full(shape, 1.0, o); }
 
-Tensor arange(int64_t end, TensorOptions o) { return arange(0.0, static_cast<double>(end), 1.0, o); }
+Tensor arange(int64_t end, TensorOptions o) {
+  return arange(0.0, static_cast<double>(end), 1.0, o.with_default_dtype(DType::Int64));
+}
 
 Tensor arange(double start, double end, double step, TensorOptions o) {
   HG_CHECK(step != 0, "arange: step must not be zero");
@@ -64,6 +66,7 @@ Tensor randn(const Shape& shape, TensorOptions o) {
 }
 
 Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions o) {
+  o = o.with_default_dtype(DType::Int64);
   HG_CHECK(low < high, "randint: low ({}) must be less than high ({})", low, high);
   HG_CHECK(o.dtype() != DType::Bool, "randint: dtype bool is not supported");
   Tensor t = make_tensor(shape, plain(o));

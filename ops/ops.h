@@ -14,11 +14,11 @@ Tensor empty(const Shape& shape, TensorOptions options = {});
 Tensor zeros(const Shape& shape, TensorOptions options = {});
 Tensor ones(const Shape& shape, TensorOptions options = {});
 Tensor full(const Shape& shape, double value, TensorOptions options = {});
-Tensor arange(int64_t end, TensorOptions options = TensorOptions(DType::Int64));
+Tensor arange(int64_t end, TensorOptions options = {});  // int64 unless a dtype is given
 Tensor arange(double start, double end, double step = 1.0, TensorOptions options = {});
 Tensor rand(const Shape& shape, TensorOptions options = {});   // uniform [0, 1)
 Tensor randn(const Shape& shape, TensorOptions options = {});  // standard normal
-Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions options = TensorOptions(DType::Int64));
+Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions options = {});  // int64 by default
 // From values (row-major); an empty shape means 1-d of values.size().
 Tensor tensor(const std::vector<float>& values, const Shape& shape = {}, TensorOptions options = {});
 Tensor tensor(const std::vector<double>& values, const Shape& shape = {},

@@ -221,7 +221,10 @@ Tensor Tensor::to(Device device) const {
       [from](const Saved&, const Tensor& g) -> Grads { return {g.to(from)}; }, Save::Nothing);
 }
 
-Tensor Tensor::to(Device device, DType dtype) const { return to(device).to(dtype); }
+// Cast on the CPU side of a move (the host has every cast kernel).
+Tensor Tensor::to(Device device, DType dtype) const {
+  return this->device().is_cpu() ? to(dtype).to(device) : to(device).to(dtype);
+}
 
 // ---- in-place ------------------------------------------------------------------
 Tensor& Tensor::zero_() { return fill_(0.0); }

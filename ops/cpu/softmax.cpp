@@ -107,7 +107,14 @@ void uniform(const Tensor& out, double low, double high) {
   std::uniform_real_distribution<double> dist(low, high);
   HG_DISPATCH_FLOATING(out.dtype(), "rand", [&] {
     auto* o = static_cast<scalar_t*>(out.data_ptr());
-    for (int64_t i = 0; i < out.numel(); ++i) o[i] = static_cast<scalar_t>(static_cast<float>(dist(default_generator())));
+    for (int64_t i = 0; i < out.numel(); ++i) {
+      const double v = dist(default_generator());
+      scalar_t r = static_cast<scalar_t>(static_cast<acc_t<scalar_t>>(v));
+      // rounding to a narrower dtype may reach `high`: redraw to keep [low, high)
+      while (static_cast<double>(static_cast<acc_t<scalar_t>>(r)) >= high)
+        r = static_cast<scalar_t>(static_cast<acc_t<scalar_t>>(dist(default_generator())));
+      o[i] = r;
+    }
   });
 }
 

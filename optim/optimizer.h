@@ -1,0 +1,136 @@
+#pragma once
+// Optimizer: parameter groups, zero_grad and the step loop (torch.optim).
+//
+// `Optimizer` is the type-erased interface the rest of the framework holds
+// (the GradScaler, LR schedulers). `OptimizerImpl<Options, State>` keeps the
+// groups, each with its own copy of the optimizer's options, and one State
+// per parameter, and runs step():
+//
+//   step() -> for each group, for each param with a .grad (under no_grad)
+//          -> update(param, grad, state, group options)
+//
+// so each optimizer writes its per-parameter update in exactly one place,
+// and a caller that must decide per step whether updates happen (the AMP
+// loss scaler) has one loop to hook into.
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "autograd/grad_mode.h"
+#include "core/tensor.h"
+
+namespace halfgrad::optim {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // One update of every parameter that has a gradient.
+  virtual void step() = 0;
+  // set_to_none: drop each .grad (the default, as in PyTorch 2); else zero it in place.
+  void zero_grad(bool set_to_none = true);
+
+  virtual size_t num_param_groups() const = 0;
+  virtual const std::vector<Tensor>& group_params(size_t group) const = 0;
+  // Every parameter, group by group.
+  std::vector<Tensor> parameters() const;
+  // The learning rate of a group (LR schedulers change it between steps).
+  virtual double lr(size_t group) const = 0;
+  virtual void set_lr(size_t group, double lr) = 0;
+
+  // "SGD", "Adam", ...: used in messages.
+  const std::string& name() const { return name_; }
+
+ protected:
+  explicit Optimizer(std::string name) : name_(std::move(name)) {}
+  // A parameter an optimizer can take: defined, floating, a leaf.
+  void check_param(const Tensor& p, size_t index) const;
+
+ private:
+  std::string name_;
+};
+
+template <typename Options, typename State>
+class OptimizerImpl : public Optimizer {
+ public:
+  struct ParamGroup {
+    std::vector<Tensor> params;
+    Options options;
+  };
+
+  // A new group with its own options (default: the optimizer's defaults).
+  // A parameter may belong to one group only.
+  void add_param_group(std::vector<Tensor> params) { add_param_group(std::move(params), defaults_); }
+  void add_param_group(std::vector<Tensor> params, const Options& options) {
+    HG_CHECK(!params.empty(), "{}: got an empty parameter list", name());
+    check_options(options);
+    for (size_t i = 0; i < params.size(); ++i) {
+      check_param(params[i], i);
+      for (size_t j = 0; j < i; ++j)
+        HG_CHECK(!params[j].is_same(params[i]), "{}: parameter {} ({}) appears twice in one group", name(), i,
+                 params[i].describe());
+      for (const auto& g : groups_)
+        for (const auto& q : g.params)
+          HG_CHECK(!q.is_same(params[i]),
+                   "{}: parameter {} ({}) is already in another parameter group; each parameter may be in one "
+                   "group only",
+                   name(), i, params[i].describe());
+    }
+    groups_.push_back({std::move(params), options});
+  }
+
+  const Options& defaults() const { return defaults_; }
+  std::vector<ParamGroup>& param_groups() { return groups_; }
+  const std::vector<ParamGroup>& param_groups() const { return groups_; }
+
+  // A parameter's state; nullptr before its first step.
+  const State* state(const Tensor& param) const {
+    auto it = state_.find(param.unsafe_impl());
+    return it == state_.end() ? nullptr : &it->second;
+  }
+
+  void step() override {
+    NoGradGuard no_grad;
+    for (auto& group : groups_) {
+      for (auto& p : group.params) {
+        Tensor grad = p.grad();
+        if (!grad.defined()) continue;
+        HG_CHECK(grad.shape() == p.shape() && grad.device() == p.device(),
+                 "{}.step: gradient {} does not match its parameter {}", name(), grad.describe(), p.describe());
+        if (grad.dtype() != p.dtype()) grad = grad.to(p.dtype());  // state and update in the param's dtype
+        update(p, grad, state_[p.unsafe_impl()], group.options);
+      }
+    }
+  }
+
+  size_t num_param_groups() const override { return groups_.size(); }
+  const std::vector<Tensor>& group_params(size_t group) const override { return checked(group).params; }
+  double lr(size_t group) const override { return checked(group).options.lr; }
+  void set_lr(size_t group, double lr) override {
+    HG_CHECK(lr >= 0.0, "{}: invalid learning rate {}", name(), lr);
+    checked(group);
+    groups_[group].options.lr = lr;
+  }
+
+ protected:
+  OptimizerImpl(std::string name, const Options& defaults) : Optimizer(std::move(name)), defaults_(defaults) {}
+
+  // Rejects options the update cannot use (an Error naming the option).
+  virtual void check_options(const Options& options) const = 0;
+  // One parameter's update, under no_grad; grad has the param's dtype.
+  virtual void update(Tensor& param, const Tensor& grad, State& state, const Options& options) = 0;
+
+ private:
+  const ParamGroup& checked(size_t group) const {
+    HG_CHECK(group < groups_.size(), "{}: no parameter group {} (there are {})", name(), group, groups_.size());
+    return groups_[group];
+  }
+
+  Options defaults_;
+  std::vector<ParamGroup> groups_;
+  std::unordered_map<const TensorImpl*, State> state_;  // keyed by parameter identity
+};
+
+}  // namespace halfgrad::optim
