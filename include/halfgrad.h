@@ -16,3 +16,5 @@
 #if __has_include("optim/optim.h")
 #include "optim/optim.h"
 #endif
+#include "amp/grad_scaler.h"
+#include "amp/policy.h"

@@ -35,3 +35,15 @@ void Optimizer::check_param(const Tensor& p, size_t index) const {
 }
 
 }  // namespace halfgrad::optim
+
+namespace halfgrad::optim {
+
+std::vector<Tensor> Optimizer::scaled_grads() const {
+  std::vector<Tensor> grads;
+  for (size_t g = 0; g < num_param_groups(); ++g)
+    for (const auto& p : group_params(g))
+      if (p.grad().defined()) grads.push_back(p.grad());
+  return grads;
+}
+
+}  // namespace halfgrad::optim

@@ -16,19 +16,24 @@
 #include <unordered_map>
 #include <vector>
 
+#include "amp/grad_scaler.h"
 #include "autograd/grad_mode.h"
 #include "core/tensor.h"
 
 namespace halfgrad::optim {
 
-class Optimizer {
+class Optimizer : public amp::ScaledOptimizer {
  public:
-  virtual ~Optimizer() = default;
+  ~Optimizer() override = default;
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
   // One update of every parameter that has a gradient.
-  virtual void step() = 0;
+  void step() { step(amp::ScalerStep{}); }
+  // The step the GradScaler calls: skip everything if scaler.found_inf is set,
+  // else unscale each grad (if scaler.inv_scale is set) just before its update.
+  void step(const amp::ScalerStep& scaler) override = 0;
+  std::vector<Tensor> scaled_grads() const override;
   // set_to_none: drop each .grad (the default, as in PyTorch 2); else zero it in place.
   void zero_grad(bool set_to_none = true);
 
@@ -91,12 +96,21 @@ class OptimizerImpl : public Optimizer {
     return it == state_.end() ? nullptr : &it->second;
   }
 
-  void step() override {
+  using Optimizer::step;
+  void step(const amp::ScalerStep& scaler) override {
     NoGradGuard no_grad;
+    // The scaler hand-shake. A step with an inf/NaN gradient returns before
+    // touching anything, so parameters and state (momentum, Adam's moments and
+    // step count) stay bit-identical. On the CPU the flag is plain memory;
+    // on CUDA the fused kernels read it on the device instead of here.
+    if (scaler.found_inf.defined() && scaler.found_inf.item<float>() != 0.0f) return;
     for (auto& group : groups_) {
       for (auto& p : group.params) {
         Tensor grad = p.grad();
         if (!grad.defined()) continue;
+        // Unscale in place right before the update (the grad is hot in cache),
+        // leaving .grad unscaled afterwards as PyTorch's fused optimizers do.
+        if (scaler.inv_scale.defined()) grad.mul_(scaler.inv_scale);
         HG_CHECK(grad.shape() == p.shape() && grad.device() == p.device(),
                  "{}.step: gradient {} does not match its parameter {}", name(), grad.describe(), p.describe());
         if (grad.dtype() != p.dtype()) grad = grad.to(p.dtype());  // state and update in the param's dtype
