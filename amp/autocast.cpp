@@ -180,7 +180,7 @@ void autocast_inputs(std::string_view op, std::vector<Tensor>& inputs) {
 
   if (tracing) {
     const std::string ran = dtype_list(inputs);
-    emit(fmt::format("[autocast] {:<14} in: {:<30} policy: {:<16} ran in: {}{}", op, before,
+    emit(fmt::format("[autocast] {:<14} in: {:<30} policy: {:<20} ran in: {}{}", op, before,
                      !s.enabled ? "autocast off" : (policy ? policy_name(*policy) : "none (input dtypes)"),
                      ran.empty() ? "-" : ran, cache_note));
   }

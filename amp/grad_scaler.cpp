@@ -112,7 +112,9 @@ double GradScaler::get_scale() const {
 
 Tensor GradScaler::scale_tensor() const { return scale_; }
 
-int64_t GradScaler::growth_tracker() const { return growth_tracker_.defined() ? growth_tracker_.item<int64_t>() : 0; }
+int64_t GradScaler::growth_tracker() const {
+  return growth_tracker_.defined() ? growth_tracker_.item<int64_t>() : init_growth_tracker_;
+}
 
 std::map<std::string, double> GradScaler::state_dict() const {
   if (!options_.enabled) return {};

@@ -1,4 +1,6 @@
-// Matrix products. mm, bmm, addmm and linear are ops with their own GEMM
+// Matrix products. Their one-dtype check runs inside the forward, after the
+// dispatcher's autocast step has had its chance to cast the inputs.
+// mm, bmm, addmm and linear are ops with their own GEMM
 // call and backward; matmul is composite (PyTorch's shape rules on top of
 // mm/bmm) but still one dispatcher entry, so autocast sees "matmul".
 #include "ops/dispatch.h"
@@ -39,7 +41,6 @@ Tensor mm(const Tensor& a, const Tensor& b) {
   HG_CHECK(a.shape()[1] == b.shape()[0], "mm: shapes {} and {} cannot be multiplied ({} != {})", shape_str(a.shape()),
            shape_str(b.shape()), a.shape()[1], b.shape()[0]);
   check_float("mm", a);
-  ops::check_same_dtype("mm", {a, b});
   return dispatch::call(
       "mm", {a, b},
       [](const std::vector<Tensor>& in) {
@@ -58,7 +59,6 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
            "bmm: shapes {} and {} cannot be multiplied (batch {} vs {}, inner {} vs {})", shape_str(a.shape()),
            shape_str(b.shape()), a.shape()[0], b.shape()[0], a.shape()[2], b.shape()[1]);
   check_float("bmm", a);
-  ops::check_same_dtype("bmm", {a, b});
   return dispatch::call(
       "bmm", {a, b},
       [](const std::vector<Tensor>& in) {
@@ -75,7 +75,6 @@ Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, double beta, 
   HG_CHECK(a.dim() == 2 && b.dim() == 2 && a.shape()[1] == b.shape()[0],
            "addmm: shapes {} and {} cannot be multiplied", shape_str(a.shape()), shape_str(b.shape()));
   check_float("addmm", a);
-  ops::check_same_dtype("addmm", {bias, a, b});
   const Shape out_shape{a.shape()[0], b.shape()[1]};
   ops::broadcast_shapes("addmm", bias.shape(), out_shape);
   const Shape bias_shape = bias.shape();
@@ -106,7 +105,6 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   HG_CHECK(!bias.defined() || (bias.dim() == 1 && bias.shape()[0] == weight.shape()[0]),
            "linear: bias {} must be 1-d with out_features = {} elements", bias.describe(), weight.shape()[0]);
   check_float("linear", x);
-  ops::check_same_dtype("linear", {x, weight, bias});
   const Shape x_shape = x.shape();
   const bool has_bias = bias.defined();
   return dispatch::call(

@@ -158,6 +158,67 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
       Save::Inputs);
 }
 
+namespace {
+Tensor reduce_elementwise(const Tensor& l, Reduction reduction) {
+  return reduction == Reduction::None ? l : (reduction == Reduction::Sum ? sum(l) : mean(l));
+}
+// The gradient of each element's loss from the reduced loss's gradient.
+Tensor elementwise_grad(const Tensor& g, Reduction reduction, const Shape& shape) {
+  if (reduction == Reduction::None) return g;
+  const Tensor gs = reduction == Reduction::Mean ? div(g, static_cast<double>(shape_numel(shape))) : g;
+  return ops::broadcast_to(gs, shape);
+}
+void check_same_shape(std::string_view op, const Tensor& input, const Tensor& target) {
+  HG_CHECK(input.shape() == target.shape(), "{}: input {} and target {} must have the same shape", op,
+           input.describe(), target.describe());
+  HG_CHECK(is_floating(input.dtype()) && is_floating(target.dtype()),
+           "{}: input {} and target {} must be floating (targets are probabilities in [0, 1])", op, input.describe(),
+           target.describe());
+}
+}  // namespace
+
+Tensor binary_cross_entropy(const Tensor& probs, const Tensor& target, Reduction reduction) {
+  check_same_shape("binary_cross_entropy", probs, target);
+  const DType dt = promote_types(probs.dtype(), target.dtype());
+  return dispatch::call(
+      "binary_cross_entropy", {probs.to(dt), target.to(dt)},
+      [reduction](const std::vector<Tensor>& in) {
+        const Tensor &p = in[0], &t = in[1];
+        // -(t log p + (1 - t) log(1 - p)), each log clamped at -100 as in PyTorch
+        const Tensor logp = clamp(log(p), -100.0, std::nullopt);
+        const Tensor log1mp = clamp(log(sub(ops::scalar_tensor(1.0, p.dtype(), p.device()), p)), -100.0, std::nullopt);
+        const Tensor l = neg(add(mul(t, logp), mul(sub(ops::scalar_tensor(1.0, t.dtype(), t.device()), t), log1mp)));
+        return reduce_elementwise(l, reduction);
+      },
+      [reduction](const Saved& s, const Tensor& g) -> Grads {
+        const Tensor &p = s.input(0), &t = s.input(1);
+        // (p - t) / max(p (1 - p), 1e-12)
+        const Tensor one = ops::scalar_tensor(1.0, p.dtype(), p.device());
+        const Tensor denom = clamp(mul(p, sub(one, p)), 1e-12, std::nullopt);
+        return {mul(div(sub(p, t), denom), elementwise_grad(g, reduction, p.shape())), Tensor()};
+      },
+      Save::Inputs);
+}
+
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target, Reduction reduction) {
+  check_same_shape("binary_cross_entropy_with_logits", logits, target);
+  const DType dt = promote_types(logits.dtype(), target.dtype());
+  return dispatch::call(
+      "binary_cross_entropy_with_logits", {logits.to(dt), target.to(dt)},
+      [reduction](const std::vector<Tensor>& in) {
+        const Tensor &x = in[0], &t = in[1];
+        // stable form: max(x, 0) - x t + log(1 + exp(-|x|))
+        const Tensor soft = log(add(exp(neg(abs(x))), 1.0));
+        const Tensor l = add(sub(relu(x), mul(x, t)), soft);
+        return reduce_elementwise(l, reduction);
+      },
+      [reduction](const Saved& s, const Tensor& g) -> Grads {
+        const Tensor &x = s.input(0), &t = s.input(1);
+        return {mul(sub(sigmoid(x), t), elementwise_grad(g, reduction, x.shape())), Tensor()};
+      },
+      Save::Inputs);
+}
+
 Tensor dropout(const Tensor& a, double p, bool training) {
   HG_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability must be in [0, 1], got {}", p);
   if (!training || p == 0.0) return a;

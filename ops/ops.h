@@ -96,6 +96,10 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reducti
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction = Reduction::Mean,
                      int64_t ignore_index = -100);
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+// On probabilities; banned under CUDA autocast (use the with-logits form).
+Tensor binary_cross_entropy(const Tensor& probs, const Tensor& target, Reduction reduction = Reduction::Mean);
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
+                                        Reduction reduction = Reduction::Mean);
 Tensor dropout(const Tensor& a, double p, bool training);
 
 // ---- joining ----------------------------------------------------------------------

@@ -265,39 +265,39 @@ Tensor& Tensor::mul_(const Tensor& other) {
 Tensor& Tensor::mul_(double value) { return mul_(ops::scalar_tensor(value, dtype(), device())); }
 
 // ---- joins ---------------------------------------------------------------------
+// cat promotes inside its forward, after the autocast step (which, under
+// autocast, has already brought the inputs to one dtype by its policy).
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   HG_CHECK(!tensors.empty(), "cat: expected a non-empty list of tensors");
   const Tensor& first = tensors[0];
   dim = ops::wrap_dim("cat", dim, first.dim());
-  DType dtype = first.dtype();
   for (const auto& t : tensors) {
-    dtype = promote_types(dtype, t.dtype());
     HG_CHECK(t.dim() == first.dim(), "cat: all tensors need the same number of dims: {} and {}", first.describe(),
              t.describe());
     for (int64_t d = 0; d < t.dim(); ++d)
       HG_CHECK(d == dim || t.shape()[d] == first.shape()[d],
                "cat: sizes must match except in dimension {}: {} and {}", dim, first.describe(), t.describe());
   }
-  std::vector<Tensor> inputs;
-  for (const auto& t : tensors) inputs.push_back(t.to(dtype));
   std::vector<int64_t> sizes;
-  for (const auto& t : inputs) sizes.push_back(t.shape()[dim]);
+  for (const auto& t : tensors) sizes.push_back(t.shape()[dim]);
   return dispatch::call(
-      "cat", inputs,
+      "cat", tensors,
       [dim](const std::vector<Tensor>& in) {
+        DType dtype = in[0].dtype();
+        for (const auto& t : in) dtype = promote_types(dtype, t.dtype());
         Shape shape = in[0].shape();
         shape[dim] = 0;
         for (const auto& t : in) shape[dim] += t.shape()[dim];
-        Tensor out = make_tensor(shape, in[0].options());
+        Tensor out = make_tensor(shape, TensorOptions(dtype, in[0].device()));
         int64_t off = 0;
         for (const auto& t : in) {
-          kernels::copy(out.narrow(dim, off, t.shape()[dim]), t);
+          kernels::copy(out.narrow(dim, off, t.shape()[dim]), t);  // copy converts dtypes
           off += t.shape()[dim];
         }
         return out;
       },
       [dim, sizes](const Saved&, const Tensor& g) -> Grads {
-        Grads grads;
+        Grads grads;  // the engine casts each to its input's dtype
         int64_t off = 0;
         for (int64_t n : sizes) {
           grads.push_back(g.narrow(dim, off, n));
