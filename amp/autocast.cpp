@@ -178,10 +178,10 @@ void autocast_inputs(std::string_view op, std::vector<Tensor>& inputs) {
     --g.inner_ops;
   }
 
-  if (tracing) {
+  if (tracing && s.enabled) {  // ops outside any region are not autocast decisions
     const std::string ran = dtype_list(inputs);
     emit(fmt::format("[autocast] {:<14} in: {:<30} policy: {:<20} ran in: {}{}", op, before,
-                     !s.enabled ? "autocast off" : (policy ? policy_name(*policy) : "none (input dtypes)"),
+                     policy ? policy_name(*policy) : "none (input dtypes)",
                      ran.empty() ? "-" : ran, cache_note));
   }
 }
@@ -200,6 +200,7 @@ AutocastOff::~AutocastOff() {
 trace::trace() : prev_(g_trace) { g_trace = true; }
 trace::~trace() { g_trace = prev_; }
 bool is_tracing() { return g_trace || env_trace(); }
+void trace_line(const std::string& line) { emit(line); }
 void set_trace_sink(std::function<void(const std::string&)> sink) { trace_sink() = std::move(sink); }
 
 }  // namespace halfgrad::amp

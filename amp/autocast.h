@@ -97,6 +97,8 @@ class trace {
   bool prev_;
 };
 bool is_tracing();
+// Print one trace line (used by the GradScaler to show its decisions too).
+void trace_line(const std::string& line);
 // Where trace lines go (default: stdout). Pass nullptr to restore the default.
 void set_trace_sink(std::function<void(const std::string&)> sink);
 

@@ -1,5 +1,6 @@
 #include "amp/grad_scaler.h"
 
+#include "amp/autocast.h"
 #include "amp/scaler_kernels.h"
 #include "autograd/grad_mode.h"
 #include "ops/ops.h"
@@ -80,6 +81,10 @@ StepResult GradScaler::step(ScaledOptimizer& optimizer) {
   handshake.found_inf = st.found_inf;
   optimizer.step(handshake);
   st.stage = Stage::Stepped;
+  if (is_tracing())  // reading the flag syncs with the device: only when teaching
+    trace_line(fmt::format("[scaler]   step: grads scaled by {}, inf/NaN found: {} -> update {}", get_scale(),
+                           st.found_inf.item<float>() != 0 ? "yes" : "no",
+                           st.found_inf.item<float>() != 0 ? "SKIPPED" : "applied (grads unscaled in the same pass)"));
   return StepResult(st.found_inf);
 }
 
@@ -92,9 +97,13 @@ void GradScaler::update() {
     HG_CHECK(st.found_inf.defined(), "No inf checks were recorded prior to update.");
     found = found.defined() ? add(found, st.found_inf) : st.found_inf;
   }
+  const double before = is_tracing() ? get_scale() : 0.0;
   update_scale(scale_, growth_tracker_, found, options_.growth_factor, options_.backoff_factor,
                options_.growth_interval);
   per_optimizer_.clear();
+  if (is_tracing())
+    trace_line(fmt::format("[scaler]   update: scale {} -> {} (clean steps in a row: {} of {})", before, get_scale(),
+                           growth_tracker(), options_.growth_interval));
 }
 
 void GradScaler::update(double new_scale) {

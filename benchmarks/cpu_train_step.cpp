@@ -1,4 +1,5 @@
-// CPU training-step benchmark: MLP 784-1024-1024-10, batch 256, float32, SGD.
+// CPU training-step benchmark: MLP 784-1024-1024-10, batch 256, SGD, in
+// float32 and in bfloat16 AMP (autocast + GradScaler).
 // With LibTorch available, the same model and step run in the same process,
 // interleaved in blocks so both see the same machine load; we report median
 // step times and their ratio (DESIGN.md section 7: ratios, not absolute times).
@@ -10,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,18 +38,25 @@ struct Net : hg::nn::Module {
   hg::Tensor forward(const hg::Tensor& x) { return fc3(hg::relu(fc2(hg::relu(fc1(x))))); }
 };
 
-std::function<void()> make_halfgrad_step() {
+// amp: the forward and loss under bfloat16 autocast, with a GradScaler.
+std::function<void()> make_halfgrad_step(bool amp) {
   hg::manual_seed(0);
   auto model = std::make_shared<Net>();
   auto optimizer = std::make_shared<hg::optim::SGD>(model->parameters(), hg::optim::SGDOptions{.lr = 0.01});
   auto criterion = std::make_shared<hg::nn::CrossEntropyLoss>();
+  auto scaler = std::make_shared<hg::amp::GradScaler>(hg::amp::GradScalerOptions{.enabled = amp});
   auto x = hg::randn({kBatch, kIn});
   auto y = hg::randint(0, kClasses, {kBatch});
   return [=] {
     optimizer->zero_grad(/*set_to_none=*/true);
-    auto loss = (*criterion)(model->forward(x), y);
-    loss.backward();
-    optimizer->step();
+    hg::Tensor loss;
+    {
+      hg::amp::autocast region(hg::DeviceType::CPU, hg::bfloat16, /*enabled=*/amp);
+      loss = (*criterion)(model->forward(x), y);
+    }
+    scaler->scale(loss).backward();
+    scaler->step(*optimizer);
+    scaler->update();
   };
 }
 
@@ -62,6 +71,20 @@ double time_ms(const std::function<void()>& f) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// PyTorch eager (python3-torch), when importable: its float32 and bf16 AMP
+// medians, measured right after ours in the same run.
+std::map<std::string, double> run_pytorch(const std::string& script, int steps, int threads) {
+  std::map<std::string, double> out;
+  const std::string cmd = fmt::format("python3 {} --steps {} --threads {} 2>/dev/null", script, steps, threads);
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return out;
+  char mode[32];
+  double ms;
+  while (fscanf(pipe, " pytorch %31s %lf", mode, &ms) == 2) out[std::string("pytorch-") + mode] = ms;
+  pclose(pipe);
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -72,12 +95,16 @@ int main(int argc, char** argv) {
   }
   omp_set_num_threads(threads);
   const double flops = 6.0 * kBatch * (double(kIn) * kHidden + double(kHidden) * kHidden + double(kHidden) * kClasses);
-  fmt::print("MLP {}-{}-{}-{}, batch {}, float32, SGD; {} threads; {:.2f} GFLOP per step (forward + backward)\n", kIn,
+  fmt::print("MLP {}-{}-{}-{}, batch {}, SGD; {} threads; {:.2f} GFLOP per step (forward + backward)\n", kIn,
              kHidden, kHidden, kClasses, kBatch, threads, flops / 1e9);
 
-  std::vector<std::pair<std::string, std::function<void()>>> runs{{"halfgrad", make_halfgrad_step()}};
+  std::vector<std::pair<std::string, std::function<void()>>> runs{{"halfgrad", make_halfgrad_step(false)}};
 #ifdef HALFGRAD_BENCH_LIBTORCH
-  runs.emplace_back("libtorch", bench::make_libtorch_step(kBatch, kIn, kHidden, kClasses, 0.01f, threads));
+  runs.emplace_back("libtorch", bench::make_libtorch_step(kBatch, kIn, kHidden, kClasses, 0.01f, threads, false));
+#endif
+  runs.emplace_back("halfgrad-amp", make_halfgrad_step(true));
+#ifdef HALFGRAD_BENCH_LIBTORCH
+  runs.emplace_back("libtorch-amp", bench::make_libtorch_step(kBatch, kIn, kHidden, kClasses, 0.01f, threads, true));
 #else
   fmt::print("(LibTorch not found at build time: scripts/setup --bench installs it)\n");
 #endif
@@ -90,11 +117,24 @@ int main(int argc, char** argv) {
     for (size_t r = 0; r < runs.size(); ++r)
       for (int i = 0; i < kBlock; ++i) times[r].push_back(time_ms(runs[r].second));
 
-  fmt::print("{:<10} {:>14} {:>10}\n", "", "median ms/step", "GFLOP/s");
-  std::vector<double> med;
+  fmt::print("{:<14} {:>14} {:>10}\n", "", "median ms/step", "GFLOP/s");
+  std::map<std::string, double> med;
   for (size_t r = 0; r < runs.size(); ++r) {
-    med.push_back(median(times[r]));
-    fmt::print("{:<10} {:>14.2f} {:>10.1f}\n", runs[r].first, med.back(), flops / med.back() / 1e6);
+    med[runs[r].first] = median(times[r]);
+    fmt::print("{:<14} {:>14.2f} {:>10.1f}\n", runs[r].first, med[runs[r].first], flops / med[runs[r].first] / 1e6);
   }
-  if (runs.size() == 2) fmt::print("ratio halfgrad / libtorch: {:.2f}x (target <= 1.00x)\n", med[0] / med[1]);
+  const std::string script = std::string(HALFGRAD_BENCH_DIR) + "/pytorch_cpu_step.py";
+  for (const auto& [name, ms] : run_pytorch(script, steps, threads)) {
+    med[name] = ms;
+    fmt::print("{:<14} {:>14.2f} {:>10.1f}\n", name, ms, flops / ms / 1e6);
+  }
+  if (!med.count("pytorch-amp")) fmt::print("(python3-torch not importable: no PyTorch eager rows)\n");
+  if (med.count("pytorch-amp"))
+    fmt::print("bf16 AMP: halfgrad / pytorch eager = {:.2f}x (target <= 1.00x)\n",
+               med["halfgrad-amp"] / med["pytorch-amp"]);
+  if (med.count("libtorch")) {
+    fmt::print("float32: halfgrad / libtorch = {:.2f}x (target <= 1.00x)\n", med["halfgrad"] / med["libtorch"]);
+    fmt::print("bf16 AMP: halfgrad / libtorch = {:.2f}x (target <= 1.00x)\n", med["halfgrad-amp"] / med["libtorch-amp"]);
+  }
+  fmt::print("halfgrad AMP speed-up over its float32 step: {:.2f}x (target >= 3x)\n", med["halfgrad"] / med["halfgrad-amp"]);
 }

@@ -85,10 +85,10 @@ int main(int argc, char** argv) try {
   auto targets = hg::randint(0, 10, {100}, device);
 
   for (int epoch = 0; epoch < args.epochs; ++epoch) {
+    std::optional<hg::amp::trace> trace;  // --trace: every autocast decision of the first step
+    if (args.trace && epoch == 0) trace.emplace();
     hg::Tensor outputs, loss;
     {
-      std::optional<hg::amp::trace> trace;
-      if (args.trace && epoch == 0) trace.emplace();
       hg::amp::autocast region(device.type, args.dtype, /*enabled=*/args.amp);  // `with autocast():`
       outputs = model.forward(inputs);
       loss = criterion(outputs, targets);
@@ -102,6 +102,7 @@ int main(int argc, char** argv) try {
     scaler.scale(loss).backward();
     scaler.step(optimizer);  // the optimizer consults the scaler: unscale, check, update
     scaler.update();
+    trace.reset();
     fmt::print("Epoch {}, Loss: {:.4f}\n", epoch + 1, loss.item<float>());
   }
   return 0;
