@@ -1,6 +1,8 @@
 #include "ops/cpu/gemm.h"
 
+#if HALFGRAD_WITH_ONEDNN
 #include <dnnl.hpp>
+#endif
 
 #include <algorithm>
 #include <array>
@@ -257,6 +259,7 @@ void gemm_f64(const GemmArgs& g) {
   }
 }
 
+#if HALFGRAD_WITH_ONEDNN
 // ---------------------------------------------------------------------------
 // oneDNN matmul (float32, bfloat16)
 
@@ -387,6 +390,43 @@ void matmul(DType dtype, const Layout& a, const void* a_ptr, const Layout& b, co
   }
 }
 
+#else
+// ---------------------------------------------------------------------------
+// Without oneDNN (HALFGRAD_ONEDNN=OFF, e.g. on a GPU machine that has no
+// libdnnl): a portable row-by-row loop that accumulates in double, so it is
+// exact to float32 rounding, only slower. Only float32 reaches it (bfloat16
+// and float16 widen to float32 first).
+
+void matmul(DType dtype, const Layout& a, const void* a_ptr, const Layout& b, const void* b_ptr,
+            const Layout& c, void* c_ptr, const void* bias, float beta) {
+  HG_CHECK(dtype == DType::Float32, "gemm: the portable path takes float32, got {}", dtype_name(dtype));
+  const float* A = static_cast<const float*>(a_ptr);
+  const float* B = static_cast<const float*>(b_ptr);
+  const float* bias_f = static_cast<const float*>(bias);
+  float* C = static_cast<float*>(c_ptr);
+  const int64_t rows = c.batch * c.rows, n = c.cols, k = a.cols;
+#pragma omp parallel for schedule(static) if (rows * n * k >= kParallelWork)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t bi = r / c.rows, i = r % c.rows;
+    const float* arow = A + (a.batch == 1 ? 0 : bi * a.bs) + i * a.rs;
+    const float* bmat = B + (b.batch == 1 ? 0 : bi * b.bs);
+    float* crow = C + bi * c.bs + i * c.rs;
+    std::vector<double> acc(static_cast<size_t>(n), 0.0);
+    for (int64_t p = 0; p < k; ++p) {
+      const double av = arow[p * a.cs];
+      const float* brow = bmat + p * b.rs;
+      for (int64_t j = 0; j < n; ++j) acc[j] += av * static_cast<double>(brow[j * b.cs]);
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      double v = acc[j] + (bias_f ? bias_f[j] : 0.0);
+      if (beta != 0.f) v += static_cast<double>(beta) * crow[j * c.cs];
+      crow[j * c.cs] = static_cast<float>(v);
+    }
+  }
+}
+
+#endif  // HALFGRAD_WITH_ONEDNN
+
 // Copies an operand oneDNN cannot describe into scratch; returns the pointer to use.
 template <typename T>
 const void* plain_operand(const void* ptr, Layout& l, Scratch& buf) {
@@ -448,6 +488,7 @@ void gemm_widened(const GemmArgs& g, const Layout& a, const Layout& b, const Lay
 // oneDNN 2.6 implements bf16 matmul only on CPUs with AVX-512 (it reports
 // "unimplemented" below that, not even a reference kernel). Ask once.
 bool onednn_has_bf16_matmul() {
+#if HALFGRAD_WITH_ONEDNN
   static const bool supported = [] {
     try {
       const Layout l = canonical({1, 2, 2, 4, 2, 1});
@@ -458,6 +499,9 @@ bool onednn_has_bf16_matmul() {
     }
   }();
   return supported;
+#else
+  return false;  // no oneDNN: bfloat16 widens to float32 like float16
+#endif
 }
 
 // ---------------------------------------------------------------------------
