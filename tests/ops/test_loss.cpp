@@ -1,0 +1,202 @@
+// softmax, log_softmax (last and non-last dims), nll_loss, cross_entropy
+// (mean/sum/none, ignore_index), mse_loss and dropout against float64
+// references, in every float dtype.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "test_util.h"
+
+using namespace halfgrad;
+using Catch::Matchers::Contains;
+using hgtest::values;
+
+namespace {
+std::vector<double> ref_softmax(const std::vector<double>& v, const Shape& s, int64_t dim, bool log) {
+  const int64_t d = dim < 0 ? dim + static_cast<int64_t>(s.size()) : dim;
+  std::vector<double> out(v.size());
+  const int64_t n = s[d];
+  for (int64_t i = 0; i < hgtest::numel(s); ++i) {
+    Shape idx = hgtest::unravel(i, s);
+    if (idx[d] != 0) continue;
+    std::vector<int64_t> pos(n);
+    double mx = -INFINITY;
+    for (int64_t j = 0; j < n; ++j) {
+      idx[d] = j;
+      pos[j] = hgtest::ravel(idx, s);
+      mx = std::max(mx, v[pos[j]]);
+    }
+    double sum = 0;
+    for (int64_t j = 0; j < n; ++j) sum += std::exp(v[pos[j]] - mx);
+    for (int64_t j = 0; j < n; ++j)
+      out[pos[j]] = log ? v[pos[j]] - mx - std::log(sum) : std::exp(v[pos[j]] - mx) / sum;
+  }
+  return out;
+}
+
+// Per-sample -logp[i, t[i]] (0 where ignored), then the reduction.
+std::vector<double> ref_nll(const std::vector<double>& logp, int64_t c, const std::vector<double>& t,
+                            Reduction r, int64_t ignore_index) {
+  std::vector<double> per(t.size());
+  double sum = 0, count = 0;
+  for (size_t i = 0; i < t.size(); ++i) {
+    const auto ti = static_cast<int64_t>(t[i]);
+    per[i] = ti == ignore_index ? 0.0 : -logp[i * c + ti];
+    sum += per[i];
+    count += ti == ignore_index ? 0 : 1;
+  }
+  if (r == Reduction::None) return per;
+  if (r == Reduction::Sum) return {sum};
+  return {sum / count};
+}
+
+const char* rname(Reduction r) { return r == Reduction::Mean ? "mean" : r == Reduction::Sum ? "sum" : "none"; }
+
+Tensor targets(int64_t n, int64_t c, int64_t ignore_index, int n_ignored) {
+  Tensor t = hgtest::uniform({n}, int64, 0, static_cast<double>(c - 1));
+  auto* p = static_cast<int64_t*>(t.data_ptr());
+  for (int k = 0; k < n_ignored; ++k) p[(3 * k + 1) % n] = ignore_index;
+  return t;
+}
+}  // namespace
+
+TEST_CASE("softmax and log_softmax over last and non-last dims", "[ops][softmax]") {
+  for (DType dt : hgtest::kFloatDTypes)
+    for (int64_t dim : {-1, 2, 1, 0, -3})
+      for (bool log : {false, true})
+        for (bool transposed : {false, true}) {
+          INFO(hgtest::dname(dt) << (log ? " log_softmax" : " softmax") << " dim " << dim
+                                 << (transposed ? " transposed input" : ""));
+          const Tensor x = transposed ? hgtest::uniform({6, 5, 4}, dt, -4, 4).permute({2, 1, 0})
+                                      : hgtest::uniform({4, 5, 6}, dt, -4, 4);
+          const Tensor y = log ? log_softmax(x, dim) : softmax(x, dim);
+          CHECK(y.dtype() == dt);
+          CHECK(y.shape() == x.shape());
+          HG_CHECK_CLOSE(y, ref_softmax(values(x), x.shape(), dim, log));
+        }
+}
+
+TEST_CASE("softmax is stable for large inputs and sums to one", "[ops][softmax]") {
+  for (DType dt : hgtest::kFloatDTypes) {
+    INFO(hgtest::dname(dt));
+    const double big = dt == float16 ? 60000.0 : 1e30;
+    const Tensor x = hgtest::make({big, big - 1, big - 2, -big}, {1, 4}, dt);
+    const auto y = values(softmax(x, 1));
+    for (double e : y) CHECK(std::isfinite(e));
+    CHECK(y[3] == 0.0);
+    const auto ly = values(log_softmax(x, 1));
+    CHECK(std::isfinite(ly[0]));
+    CHECK(ly[0] <= 0.0);
+    const Tensor r = hgtest::uniform({8, 33}, dt, -5, 5);
+    HG_CHECK_CLOSE_TOL(sum(softmax(r, 1).to(float64), {1}), std::vector<double>(8, 1.0), 2 * hgtest::tol(dt));
+  }
+}
+
+TEST_CASE("nll_loss: reductions and ignore_index", "[ops][loss]") {
+  const int64_t n = 10, c = 7;
+  for (DType dt : hgtest::kFloatDTypes)
+    for (Reduction r : {Reduction::Mean, Reduction::Sum, Reduction::None})
+      for (int64_t ignore : {int64_t{-100}, int64_t{2}}) {
+        INFO(hgtest::dname(dt) << " reduction " << rname(r) << " ignore_index " << ignore);
+        const Tensor lp = hgtest::uniform({n, c}, dt, -4, -0.1);
+        const Tensor t = targets(n, c, ignore, 3);
+        const Tensor y = nll_loss(lp, t, r, ignore);
+        CHECK(y.dtype() == dt);
+        CHECK(y.shape() == (r == Reduction::None ? Shape{n} : Shape{}));
+        HG_CHECK_CLOSE(y, ref_nll(values(lp), c, values(t), r, ignore));
+      }
+  // default: mean, ignore_index -100; a transposed input
+  const Tensor lp = hgtest::uniform({7, 10}, float32, -4, -0.1).t();
+  const Tensor t = targets(10, 7, -100, 0);
+  HG_CHECK_CLOSE(nll_loss(lp, t), ref_nll(values(lp), 7, values(t), Reduction::Mean, -100));
+}
+
+TEST_CASE("cross_entropy: reductions, ignore_index, strided logits", "[ops][loss]") {
+  const int64_t n = 12, c = 5;
+  for (DType dt : hgtest::kFloatDTypes)
+    for (Reduction r : {Reduction::Mean, Reduction::Sum, Reduction::None})
+      for (int64_t ignore : {int64_t{-100}, int64_t{3}})
+        for (bool transposed : {false, true}) {
+          INFO(hgtest::dname(dt) << " reduction " << rname(r) << " ignore_index " << ignore
+                                 << (transposed ? " transposed logits" : ""));
+          const Tensor x =
+              transposed ? hgtest::uniform({c, n}, dt, -3, 3).t() : hgtest::uniform({n, c}, dt, -3, 3);
+          const Tensor t = targets(n, c, ignore, 2);
+          const Tensor y = cross_entropy(x, t, r, ignore);
+          CHECK(y.dtype() == dt);
+          CHECK(y.shape() == (r == Reduction::None ? Shape{n} : Shape{}));
+          const auto lp = ref_softmax(values(x), {n, c}, 1, true);
+          HG_CHECK_CLOSE(y, ref_nll(lp, c, values(t), r, ignore));
+        }
+  // all targets ignored: mean is NaN (0 / 0), as in PyTorch; sum is 0
+  const Tensor x = hgtest::uniform({3, 4}, float32);
+  const Tensor t = hgtest::make({-100, -100, -100}, {3}, int64);
+  CHECK(std::isnan(cross_entropy(x, t).item<float>()));
+  CHECK(cross_entropy(x, t, Reduction::Sum).item<float>() == 0.f);
+}
+
+TEST_CASE("mse_loss: reductions", "[ops][loss]") {
+  for (DType dt : hgtest::kFloatDTypes)
+    for (Reduction r : {Reduction::Mean, Reduction::Sum, Reduction::None}) {
+      INFO(hgtest::dname(dt) << " reduction " << rname(r));
+      const Tensor a = hgtest::uniform({6, 7}, dt), b = hgtest::uniform({7, 6}, dt).t();
+      const Tensor y = mse_loss(a, b, r);
+      CHECK(y.dtype() == dt);
+      const auto d = hgtest::map2(a, b, [](double x, double z) { return (x - z) * (x - z); });
+      double s = 0;
+      for (double e : d) s += e;
+      if (r == Reduction::None) {
+        CHECK(y.shape() == Shape{6, 7});
+        HG_CHECK_CLOSE_TOL(y, d, 2 * hgtest::tol(dt));  // two roundings in the half dtypes
+      } else {
+        CHECK(y.dim() == 0);
+        HG_CHECK_CLOSE_TOL(y, std::vector<double>{r == Reduction::Sum ? s : s / d.size()}, 2 * hgtest::tol(dt));
+      }
+    }
+  // mixed dtypes promote
+  const Tensor a = hgtest::uniform({5}, float16), b = hgtest::uniform({5}, float32);
+  CHECK(mse_loss(a, b).dtype() == float32);
+  REQUIRE_THROWS_WITH(mse_loss(ones({3}), ones({4})), Contains("mse_loss") && Contains("[3]") && Contains("[4]"));
+}
+
+TEST_CASE("dropout: training zeroes about p and scales by 1/(1-p) and eval is the identity", "[ops][dropout]") {
+  manual_seed(5);
+  for (DType dt : hgtest::kFloatDTypes)
+    for (double p : {0.1, 0.3, 0.5}) {
+      INFO(hgtest::dname(dt) << " p " << p);
+      const Tensor x = hgtest::uniform({200, 500}, dt, 0.5, 2.0);  // no zeros in the input
+      const Tensor y = dropout(x, p, true);
+      CHECK(y.dtype() == dt);
+      CHECK(y.shape() == x.shape());
+      const auto vx = values(x), vy = values(y);
+      int64_t zeros = 0;
+      std::vector<double> kept_out, kept_ref;
+      for (size_t i = 0; i < vx.size(); ++i) {
+        if (vy[i] == 0) {
+          ++zeros;
+        } else {
+          kept_out.push_back(vy[i]);
+          kept_ref.push_back(vx[i] / (1 - p));
+        }
+      }
+      const double frac = static_cast<double>(zeros) / vx.size();
+      CHECK(frac == Approx(p).margin(0.01));
+      // kept values are x / (1 - p)
+      const Tensor kept = hgtest::make(kept_out, {static_cast<int64_t>(kept_out.size())}, float64);
+      HG_CHECK_CLOSE_TOL(kept, kept_ref, 2 * hgtest::tol(dt));
+      // eval: the identity
+      CHECK(values(dropout(x, p, false)) == vx);
+    }
+  const Tensor x = hgtest::uniform({100}, float32, 0.5, 2.0);
+  CHECK(values(dropout(x, 0.0, true)) == values(x));
+  CHECK(values(dropout(x, 1.0, true)) == std::vector<double>(100, 0.0));
+  // two calls draw different masks; manual_seed repeats them
+  manual_seed(9);
+  const auto m1 = values(dropout(x, 0.5, true));
+  const auto m2 = values(dropout(x, 0.5, true));
+  CHECK(m1 != m2);
+  manual_seed(9);
+  CHECK(values(dropout(x, 0.5, true)) == m1);
+  REQUIRE_THROWS_WITH(dropout(x, 1.5, true), Contains("dropout") && Contains("1.5"));
+  REQUIRE_THROWS_AS(dropout(x, -0.1, true), Error);
+}
