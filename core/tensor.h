@@ -124,7 +124,7 @@ class Tensor {
   Tensor view(const Shape& shape) const;
   Tensor reshape(const Shape& shape) const;  // a view when possible, else a copy
   Tensor transpose(int64_t d0, int64_t d1) const;
-  Tensor t() const { return transpose(0, 1); }
+  Tensor t() const { return dim() < 2 ? *this : transpose(0, 1); }  // 0-d and 1-d: unchanged
   Tensor permute(const Shape& dims) const;
   Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
   Tensor select(int64_t dim, int64_t index) const;

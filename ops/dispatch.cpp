@@ -38,8 +38,8 @@ Tensor call(std::string_view op, std::vector<Tensor> inputs, const Forward& forw
   amp::autocast_inputs(op, inputs);
   check_same_device(op, inputs);
   Tensor out = run_forward(inputs, forward);
-  if (!autograd::grad_enabled() || !any_requires_grad(inputs)) return out;
-  HG_CHECK(is_floating(out.dtype()), "{}: output {} cannot carry gradients (internal error)", op, out.describe());
+  // integer and bool outputs carry no gradient (as in PyTorch: x.to(int64))
+  if (!autograd::grad_enabled() || !any_requires_grad(inputs) || !is_floating(out.dtype())) return out;
 
   auto node = std::make_shared<autograd::FunctionNode>();
   node->name = std::string(op);

@@ -80,6 +80,11 @@ Tensor masked_grad(const Tensor& g, const Tensor& mask) {
   return where(mask, g, ops::scalar_tensor(0.0, g.dtype(), g.device()));
 }
 
+// maximum/minimum: the winner gets g, a tie gives each side g / 2 (as PyTorch).
+Tensor tie_split_grad(const Tensor& g, const Tensor& wins, const Tensor& ties) {
+  return where(wins, g, where(ties, mul(g, 0.5), ops::scalar_tensor(0.0, g.dtype(), g.device())));
+}
+
 }  // namespace
 
 // ---- arithmetic ----------------------------------------------------------------
@@ -125,7 +130,9 @@ Tensor pow(const Tensor& a, const Tensor& b) {
                    [](const Saved& s, const Tensor& g) -> Grads {
                      const Tensor &x = s.input(0), &y = s.input(1);
                      const Tensor gx = mul(g, mul(y, pow(x, sub(y, 1.0))));
-                     const Tensor gy = mul(g, mul(pow(x, y), log(x)));
+                     // d/dy x^y = x^y log x; at x = 0 (y >= 0) PyTorch defines it as 0
+                     const Tensor zero = ops::scalar_tensor(0.0, x.dtype(), x.device());
+                     const Tensor gy = where(eq(x, 0.0), zero, mul(g, mul(pow(x, y), log(x))));
                      return {sum_to(gx, x.shape()), sum_to(gy, y.shape())};
                    },
                    Save::Inputs);
@@ -135,9 +142,8 @@ Tensor maximum(const Tensor& a, const Tensor& b) {
   return binary_op("maximum", BinaryOp::Maximum, a, b, false, 1.0,
                    [](const Saved& s, const Tensor& g) -> Grads {
                      const Tensor &x = s.input(0), &y = s.input(1);
-                     const Tensor pick_x = ge(x, y);
-                     return {sum_to(masked_grad(g, pick_x), x.shape()),
-                             sum_to(masked_grad(g, lt(x, y)), y.shape())};
+                     return {sum_to(tie_split_grad(g, gt(x, y), eq(x, y)), x.shape()),
+                             sum_to(tie_split_grad(g, lt(x, y), eq(x, y)), y.shape())};
                    },
                    Save::Inputs);
 }
@@ -146,8 +152,8 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
   return binary_op("minimum", BinaryOp::Minimum, a, b, false, 1.0,
                    [](const Saved& s, const Tensor& g) -> Grads {
                      const Tensor &x = s.input(0), &y = s.input(1);
-                     return {sum_to(masked_grad(g, le(x, y)), x.shape()),
-                             sum_to(masked_grad(g, gt(x, y)), y.shape())};
+                     return {sum_to(tie_split_grad(g, lt(x, y), eq(x, y)), x.shape()),
+                             sum_to(tie_split_grad(g, gt(x, y), eq(x, y)), y.shape())};
                    },
                    Save::Inputs);
 }
@@ -160,11 +166,14 @@ Tensor div(const Tensor& a, double b) {
 }
 
 Tensor pow(const Tensor& a, double exponent) {
+  // an integer tensor to a non-negative integral power stays an integer tensor
+  const bool integral = !is_floating(a.dtype()) && exponent >= 0 && std::floor(exponent) == exponent;
   return unary_op("pow", UnaryOp::PowScalar, a,
                   [exponent](const Saved& s, const Tensor& g) -> Grads {
+                    if (exponent == 0.0) return {zeros_like(g)};  // d x^0 = 0, also at x = 0
                     return {mul(g, mul(pow(s.input(0), exponent - 1.0), exponent))};
                   },
-                  Save::Inputs, {exponent, 0.0});
+                  Save::Inputs, {exponent, 0.0}, /*needs_float=*/!integral);
 }
 
 // ---- unary -------------------------------------------------------------------------
@@ -238,8 +247,7 @@ Tensor clamp(const Tensor& a, std::optional<double> min, std::optional<double> m
   const double nan = std::numeric_limits<double>::quiet_NaN();
   HG_CHECK(is_floating(a.dtype()) || ((!min || std::floor(*min) == *min) && (!max || std::floor(*max) == *max)),
            "clamp: fractional bounds for the integer tensor {}; cast it to a float dtype first", a.describe());
-  const double lo = min ? *min : (is_floating(a.dtype()) ? nan : static_cast<double>(INT64_MIN));
-  const double hi = max ? *max : (is_floating(a.dtype()) ? nan : static_cast<double>(INT64_MAX));
+  const double lo = min ? *min : nan, hi = max ? *max : nan;  // NaN: no bound
   return unary_op("clamp", UnaryOp::Clamp, a,
                   [](const Saved& s, const Tensor& g) -> Grads {
                     return {masked_grad(g, eq(s.output(), s.input(0)))};  // gradient passes where not clamped

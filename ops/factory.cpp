@@ -1,5 +1,7 @@
 // Factories: new tensors filled by a kernel. They have no inputs, so there is
 // nothing to autocast or record; `requires_grad` in the options makes a leaf.
+#include <cmath>
+
 #include "ops/kernels.h"
 #include "ops/ops.h"
 
@@ -42,6 +44,8 @@ Tensor arange(int64_t end, TensorOptions o) {
 Tensor arange(double start, double end, double step, TensorOptions o) {
   HG_CHECK(step != 0, "arange: step must not be zero");
   const double count = std::ceil((end - start) / step);
+  HG_CHECK(std::isfinite(count) && count < 1e12,
+           "arange: the range [{}, {}) with step {} is infinite or too large ({} elements)", start, end, step, count);
   const int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
   std::vector<double> values(n);
   for (int64_t i = 0; i < n; ++i) values[i] = start + static_cast<double>(i) * step;

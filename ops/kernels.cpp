@@ -88,9 +88,9 @@ void softmax_backward(const Tensor& grad_out, const Tensor& y, const Tensor& gra
   cpu::softmax_backward(grad_out, y, grad_in, log);
 }
 
-void nll_loss(const Tensor& logp, const Tensor& target, const Tensor& out, int64_t ignore_index) {
-  if (!on_cpu(logp)) not_on_cuda("nll_loss", logp);
-  cpu::nll_loss(logp, target, out, ignore_index);
+void nll_loss(const Tensor& logp, const Tensor& target, const Tensor& out, int64_t ignore_index, const char* op) {
+  if (!on_cpu(logp)) not_on_cuda(op, logp);
+  cpu::nll_loss(logp, target, out, ignore_index, op);
 }
 
 void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& grad_logp, int64_t ignore_index) {

@@ -57,7 +57,9 @@ void softmax_backward(const Tensor& grad_out, const Tensor& y, const Tensor& gra
 // Per-sample negative log-likelihood: out[i] = -logp[i, target[i]] (0 where
 // target == ignore_index). logp [N, C] contiguous, target int64 [N]. A target
 // outside [0, C) other than ignore_index is an Error naming it.
-void nll_loss(const Tensor& logp, const Tensor& target, const Tensor& out, int64_t ignore_index);
+// `op` names the user's op in the out-of-range message (nll_loss, cross_entropy).
+void nll_loss(const Tensor& logp, const Tensor& target, const Tensor& out, int64_t ignore_index,
+              const char* op = "nll_loss");
 // grad_logp[i, target[i]] = -grad[i] (other entries 0). grad [N], grad_logp [N, C].
 void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& grad_logp, int64_t ignore_index);
 

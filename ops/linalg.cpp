@@ -138,6 +138,11 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
            b.describe());
   return dispatch::composite("matmul", {a, b}, [](const std::vector<Tensor>& in) -> Tensor {
     const Tensor &a = in[0], &b = in[1];
+    // checked here so the messages name matmul, the op the user called
+    ops::check_same_dtype("matmul", in);
+    const int64_t ka = a.shape().back(), kb = b.dim() == 1 ? b.shape()[0] : b.shape()[b.dim() - 2];
+    HG_CHECK(ka == kb, "matmul: shapes {} and {} cannot be multiplied ({} != {})", shape_str(a.shape()),
+             shape_str(b.shape()), ka, kb);
     if (a.dim() == 1 && b.dim() == 1) {
       HG_CHECK(a.shape()[0] == b.shape()[0], "matmul: 1-d tensors of different sizes {} and {}", a.describe(),
                b.describe());

@@ -116,7 +116,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
         *logp = make_tensor(x.shape(), x.options());
         kernels::softmax(x, *logp, /*log=*/true);
         Tensor per = make_tensor({n}, x.options());
-        kernels::nll_loss(*logp, in[1].contiguous(), per, ignore_index);
+        kernels::nll_loss(*logp, in[1].contiguous(), per, ignore_index, "cross_entropy");
         if (reduction == Reduction::Mean) *count = target_count(in[1], ignore_index);
         return reduce_loss(per, reduction, *count);
       },

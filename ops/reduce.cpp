@@ -117,9 +117,21 @@ Tensor max(const Tensor& a, int64_t dim, bool keepdim) {
       Save::Inputs);
 }
 
+// The maximum of all elements. Its gradient is split evenly between tied
+// maxima, as PyTorch does for a full reduction (max(dim) picks one index).
 Tensor max(const Tensor& a) {
   HG_CHECK(a.numel() > 0, "max: input {} is empty", a.describe());
-  return max(a.reshape({-1}), 0, false);
+  HG_CHECK(a.dtype() != DType::Bool, "max: bool input {} is not supported", a.describe());
+  const auto dims = ops::normalize_dims("max", {}, a.dim());
+  return dispatch::call(
+      "max", {a},
+      [dims](const std::vector<Tensor>& in) { return reduce_kernel(ReduceOp::Max, in[0], dims, false, in[0].dtype()); },
+      [](const Saved& s, const Tensor& g) -> Grads {
+        const Tensor& x = s.input(0);
+        const Tensor hits = eq(x, s.output()).to(g.dtype());
+        return {mul(hits, div(g, sum(hits)))};
+      },
+      Save::Both);
 }
 
 Tensor sum_to(const Tensor& a, const Shape& shape) {

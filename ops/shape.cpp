@@ -90,6 +90,7 @@ Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
 }
 
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
+  HG_CHECK(dim() > 0, "narrow: cannot narrow a 0-d tensor ({})", describe());
   d = ops::wrap_dim("narrow", d, dim());
   const int64_t n = shape()[d];
   if (start < 0) start += n;
@@ -108,6 +109,7 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
 }
 
 Tensor Tensor::select(int64_t d, int64_t index) const {
+  HG_CHECK(dim() > 0, "select: cannot index a 0-d tensor ({}); use item() to read its value", describe());
   d = ops::wrap_dim("select", d, dim());
   if (index < 0) index += shape()[d];
   HG_CHECK(index >= 0 && index < shape()[d], "select: index {} is out of range for dimension {} of {}", index, d,
@@ -270,6 +272,9 @@ Tensor& Tensor::mul_(double value) { return mul_(ops::scalar_tensor(value, dtype
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   HG_CHECK(!tensors.empty(), "cat: expected a non-empty list of tensors");
   const Tensor& first = tensors[0];
+  for (const auto& t : tensors)
+    HG_CHECK(t.dim() > 0, "cat: zero-dimensional tensor {} cannot be concatenated; unsqueeze(0) it or use stack",
+             t.describe());
   dim = ops::wrap_dim("cat", dim, first.dim());
   for (const auto& t : tensors) {
     HG_CHECK(t.dim() == first.dim(), "cat: all tensors need the same number of dims: {} and {}", first.describe(),

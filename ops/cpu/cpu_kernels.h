@@ -13,7 +13,7 @@ void reduce(kernels::ReduceOp op, const Tensor& in, const std::vector<int64_t>& 
 void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias, float beta);
 void softmax(const Tensor& in, const Tensor& out, bool log);
 void softmax_backward(const Tensor& grad_out, const Tensor& y, const Tensor& grad_in, bool log);
-void nll_loss(const Tensor& logp, const Tensor& target, const Tensor& out, int64_t ignore_index);
+void nll_loss(const Tensor& logp, const Tensor& target, const Tensor& out, int64_t ignore_index, const char* op);
 void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& grad_logp, int64_t ignore_index);
 void uniform(const Tensor& out, double low, double high);
 void normal(const Tensor& out, double mean, double std);

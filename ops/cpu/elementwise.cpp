@@ -15,7 +15,14 @@ using kernels::UnaryOp;
 void unary(UnaryOp op, const Tensor& in, const Tensor& out, kernels::UnaryParams p) {
   HG_DISPATCH_NUMERIC(in.dtype(), "unary", [&] {
     using acc = acc_t<scalar_t>;
-    const acc a = static_cast<acc>(p.a), b = static_cast<acc>(p.b);
+    // Integer clamp bounds: NaN (no bound) becomes the type's extreme.
+    auto bound = [](double v, bool upper) -> acc {
+      if constexpr (std::is_integral_v<acc>) {
+        if (v != v) return upper ? std::numeric_limits<acc>::max() : std::numeric_limits<acc>::min();
+      }
+      return static_cast<acc>(v);
+    };
+    const acc a = bound(p.a, false), b = bound(p.b, true);
     auto run = [&]<UnaryOp Op>() {
       if constexpr (std::is_integral_v<acc> && !math::unary_supports_int(Op)) {
         fail("unary: op is not defined for integer tensors ({})", in.describe());

@@ -99,6 +99,7 @@ void reduce(ReduceOp op, const Tensor& in, const std::vector<int64_t>& dims, con
   int64_t r = 1;
   for (int64_t d : dims) r *= in.shape()[d];
   const int64_t outer = in.numel() / std::max<int64_t>(r, 1);
+  if (out.numel() == 0) return;  // e.g. max over dim 0 of a [2, 0] tensor: a [0] result
   if (in.numel() == 0 || r == 0) {
     HG_CHECK(op == ReduceOp::Sum || op == ReduceOp::Mean,
              "max/argmax: cannot reduce over an empty dimension of {}", in.describe());

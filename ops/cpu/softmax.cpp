@@ -70,18 +70,18 @@ void softmax_backward(const Tensor& grad_out, const Tensor& y, const Tensor& gra
 }
 
 namespace {
-void check_target(int64_t t, int64_t i, int64_t c, int64_t ignore_index) {
+void check_target(const char* op, int64_t t, int64_t i, int64_t c, int64_t ignore_index) {
   HG_CHECK(t == ignore_index || (t >= 0 && t < c),
-           "nll_loss: target {} at position {} is out of range for {} classes (expected 0 to {}, or ignore_index "
+           "{}: target {} at position {} is out of range for {} classes (expected 0 to {}, or ignore_index "
            "{})",
-           t, i, c, c - 1, ignore_index);
+           op, t, i, c, c - 1, ignore_index);
 }
 }  // namespace
 
-void nll_loss(const Tensor& logp, const Tensor& target, const Tensor& out, int64_t ignore_index) {
+void nll_loss(const Tensor& logp, const Tensor& target, const Tensor& out, int64_t ignore_index, const char* op) {
   const int64_t n = logp.shape()[0], c = logp.shape()[1];
   const int64_t* tg = static_cast<const int64_t*>(target.data_ptr());
-  for (int64_t i = 0; i < n; ++i) check_target(tg[i], i, c, ignore_index);
+  for (int64_t i = 0; i < n; ++i) check_target(op, tg[i], i, c, ignore_index);
   HG_DISPATCH_FLOATING(logp.dtype(), "nll_loss", [&] {
     const scalar_t* lp = static_cast<const scalar_t*>(logp.data_ptr());
     scalar_t* o = static_cast<scalar_t*>(out.data_ptr());

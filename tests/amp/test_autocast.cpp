@@ -122,7 +122,7 @@ TEST_CASE("The decorator form runs a forward under autocast", "[amp]") {
   CHECK_FALSE(hg::amp::is_autocast_enabled(DeviceType::CPU));
 }
 
-TEST_CASE("Cast cache: a weight used twice is cast once; empty after the region", "[amp]") {
+TEST_CASE("Cast cache: a weight used twice is cast once, and the cache is empty after the region", "[amp]") {
   auto x = hg::randn({3, 4}), w = w_param({2, 4});
   std::vector<std::string> lines;
   hg::amp::set_trace_sink([&](const std::string& l) { lines.push_back(l); });

@@ -279,7 +279,7 @@ TEST_CASE("backward of linear with a strided 3-d input and of ops at special poi
 // PyTorch's gradient conventions at non-differentiable points and special
 // values. These are not finite-difference checks: at a tie or at 0 the
 // difference quotient is not the convention.
-TEST_CASE("maximum/minimum split the gradient evenly at ties, as PyTorch", "[autograd][conventions][!mayfail]") {
+TEST_CASE("maximum/minimum split the gradient evenly at ties, as PyTorch", "[autograd][conventions]") {
   // Known deviation (see the report): halfgrad sends the whole gradient to the
   // first argument at a tie (ge/le masks); PyTorch gives grad / 2 to each.
   Tensor a = leaf_from({1.0, 2.0, 3.0}, {3}), b = leaf_from({1.0, 0.0, 5.0}, {3});
@@ -293,7 +293,7 @@ TEST_CASE("maximum/minimum split the gradient evenly at ties, as PyTorch", "[aut
 }
 
 TEST_CASE("max() over all elements spreads the gradient evenly over ties, as PyTorch",
-          "[autograd][conventions][!mayfail]") {
+          "[autograd][conventions]") {
   // Known deviation (see the report): PyTorch's full max() backward is
   // evenly_distribute_backward; halfgrad's goes to the first maximum only.
   // (max(x, dim) sends it to the returned index in both.)
@@ -320,7 +320,7 @@ TEST_CASE("relu, abs and clamp gradients at their kinks follow PyTorch", "[autog
   CHECK(hgtest::values(z.grad()) == std::vector<double>{0, 1, 1, 1, 0});  // bounds inclusive
 }
 
-TEST_CASE("pow gradients at a zero base are finite, as PyTorch", "[autograd][conventions][!mayfail]") {
+TEST_CASE("pow gradients at a zero base are finite, as PyTorch", "[autograd][conventions]") {
   // Known deviation (see the report): d/dy x^y = x^y log(x) is 0 * -inf = NaN
   // at x = 0 (PyTorch masks it to 0 where x == 0 and y >= 0), and
   // pow(x, 0.0)'s gradient 0 * x^-1 is NaN at x = 0 (PyTorch returns 0).

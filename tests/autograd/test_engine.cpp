@@ -244,7 +244,7 @@ TEST_CASE("ops without gradients in a graph: comparisons, argmax, int casts", "[
 }
 
 TEST_CASE("casting a tensor that requires grad to int64 or bool gives a tensor without grad",
-          "[autograd][engine][!mayfail]") {
+          "[autograd][engine]") {
   // Known bug (see the report): PyTorch returns an integer tensor with
   // requires_grad=False; halfgrad records the cast and then throws
   // "to: output int64[3] cpu cannot carry gradients (internal error)".
@@ -257,7 +257,7 @@ TEST_CASE("casting a tensor that requires grad to int64 or bool gives a tensor w
   CHECK_NOTHROW(sum(mul(x, 2.0)).backward());
 }
 
-TEST_CASE("t() of a 1-d tensor is the tensor itself, as in PyTorch", "[autograd][engine][view][!mayfail]") {
+TEST_CASE("t() of a 1-d tensor is the tensor itself, as in PyTorch", "[autograd][engine][view]") {
   // Known bug (see the report): Tensor::t() is transpose(0, 1), which throws
   // "transpose: dimension 1 is out of range" for a 1-d tensor; torch.t
   // returns 0-d and 1-d tensors as they are.

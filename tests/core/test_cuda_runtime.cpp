@@ -117,7 +117,7 @@ TEST_CASE("cuda current stream is per thread and defaults to the legacy stream",
   CHECK(cuda::current_stream() == nullptr);
 }
 
-TEST_CASE("cuda::allocate of 0 bytes is nullptr; release of nullptr is a no-op", "[cuda]") {
+TEST_CASE("cuda::allocate of 0 bytes is nullptr, and release of nullptr is a no-op", "[cuda]") {
   REQUIRE_CUDA();
   CHECK(cuda::allocate(0, 0) == nullptr);
   CHECK_NOTHROW(cuda::release(nullptr, 0));

@@ -138,7 +138,7 @@ TEST_CASE("int64 unary ops: neg, abs, relu, clamp with both bounds", "[ops][elem
   HG_CHECK_EXACT(x.t().contiguous(), values(x.t()));
 }
 
-TEST_CASE("int64 clamp with only a lower bound", "[ops][elementwise][int64][!mayfail]") {
+TEST_CASE("int64 clamp with only a lower bound", "[ops][elementwise][int64]") {
   // Known bug (see the report): for an integer tensor without `max`, clamp
   // passes INT64_MAX as a double (2^63) and the kernel converts it back to
   // int64, which overflows (undefined behaviour; INT64_MIN on x86), so every
@@ -389,7 +389,7 @@ TEST_CASE("broadcasting failure names the op and both shapes", "[ops][elementwis
   REQUIRE_THROWS_WITH(clamp(ones({3}), std::nullopt, std::nullopt), Contains("clamp"));
 }
 
-TEST_CASE("pow of an int64 tensor by an integral scalar stays int64, as PyTorch", "[ops][elementwise][int64][!mayfail]") {
+TEST_CASE("pow of an int64 tensor by an integral scalar stays int64, as PyTorch", "[ops][elementwise][int64]") {
   // Known deviation (see the report): PyTorch gives int64 for
   // tensor([2, 3]) ** 2; halfgrad casts integer inputs of pow to float32.
   const Tensor x = hgtest::make({2, -3, 4}, {3}, int64);
