@@ -14,18 +14,29 @@ void require_cpu(const char* op, const Tensor& t) {
            op, t.describe());
 }
 
+// Check and scale in one pass over a contiguous grad (AccumulateGrad makes
+// them so). `v - v` is 0 for every finite v and NaN for inf and NaN: a test
+// the compiler vectorises, unlike std::isfinite.
 template <typename T>
 bool unscale_one(const Tensor& g, float inv, bool apply) {
   T* p = static_cast<T*>(g.data_ptr());
   const int64_t n = g.numel();
-  bool bad = false;
-  // Check and scale in one pass; contiguous grads only (AccumulateGrad makes them so).
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = static_cast<float>(static_cast<acc_t<T>>(p[i]));
-    bad |= !std::isfinite(v);
-    if (apply) p[i] = static_cast<T>(static_cast<acc_t<T>>(v * inv));
+  int bad = 0;
+  if (apply) {
+#pragma omp parallel for simd reduction(| : bad) if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = static_cast<float>(p[i]);
+      bad |= (v - v) != 0.0f;
+      p[i] = static_cast<T>(v * inv);
+    }
+  } else {
+#pragma omp parallel for simd reduction(| : bad) if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = static_cast<float>(p[i]);
+      bad |= (v - v) != 0.0f;
+    }
   }
-  return bad;
+  return bad != 0;
 }
 }  // namespace
 

@@ -52,10 +52,11 @@ void FunctionNode::release() {
 Grads AccumulateGrad::apply(const Tensor& grad_output) {
   auto impl = leaf.lock();
   if (!impl) return {};
-  Tensor g = grad_output;
+  const Tensor& g = grad_output;
   // The leaf owns its .grad: never alias a tensor someone else may still
   // hold (one grad can reach two leaves, e.g. from add), since the optimizer
-  // and the loss scaler change .grad in place.
+  // and the loss scaler change .grad in place. The engine's own reference is
+  // the one count allowed (it drops it after this call).
   const bool exclusive = g.impl_ptr().use_count() == 1 && g.storage() && g.storage().use_count() == 1 &&
                          g.is_contiguous();
   if (!impl->grad) {

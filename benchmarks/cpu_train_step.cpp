@@ -1,8 +1,9 @@
 // CPU training-step benchmark: MLP 784-1024-1024-10, batch 256, SGD, in
 // float32 and in bfloat16 AMP (autocast + GradScaler).
-// With LibTorch available, the same model and step run in the same process,
-// interleaved in blocks so both see the same machine load; we report median
-// step times and their ratio (DESIGN.md section 7: ratios, not absolute times).
+// LibTorch (C++) and PyTorch eager (python3-torch) run the same model and
+// step; every variant runs in its own process, in blocks interleaved with the
+// others so all see the same machine load, and we report median step times
+// and their ratios (DESIGN.md section 7: ratios, not absolute times).
 //
 //   build/benchmarks/cpu_train_step [--steps 40] [--threads 2]
 #include <halfgrad.h>
@@ -17,6 +18,8 @@
 #include <vector>
 
 #include <omp.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #ifdef HALFGRAD_BENCH_LIBTORCH
 #include "libtorch_step.h"
@@ -71,18 +74,44 @@ double time_ms(const std::function<void()>& f) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// PyTorch eager (python3-torch), when importable: its float32 and bf16 AMP
-// medians, measured right after ours in the same run.
-std::map<std::string, double> run_pytorch(const std::string& script, int steps, int threads) {
-  std::map<std::string, double> out;
-  const std::string cmd = fmt::format("python3 {} --steps {} --threads {} 2>/dev/null", script, steps, threads);
+
+// Times `steps` steps of one variant in a child process and returns the
+// per-step milliseconds. Each variant runs alone: two frameworks' thread
+// pools in one process (both OpenMP, spinning between parallel regions) slow
+// each other down by up to 3x, which is not what we want to measure.
+std::vector<double> time_in_child(const std::function<std::function<void()>()>& make, int steps) {
+  int fd[2];
+  if (pipe(fd) != 0) return {};
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fd[0]);
+    auto step = make();
+    for (int i = 0; i < 3; ++i) step();  // warm-up: primitive caches, allocator
+    std::vector<double> t;
+    for (int i = 0; i < steps; ++i) t.push_back(time_ms(step));
+    const ssize_t want = static_cast<ssize_t>(t.size() * sizeof(double));
+    _exit(write(fd[1], t.data(), t.size() * sizeof(double)) == want ? 0 : 1);
+  }
+  close(fd[1]);
+  std::vector<double> t(steps);
+  const ssize_t got = read(fd[0], t.data(), t.size() * sizeof(double));
+  close(fd[0]);
+  waitpid(pid, nullptr, 0);
+  if (got != static_cast<ssize_t>(t.size() * sizeof(double))) return {};
+  return t;
+}
+
+// PyTorch eager (python3-torch), one block of steps of one mode in a child process.
+std::vector<double> time_pytorch(const std::string& mode, int steps, int threads) {
+  const std::string cmd = fmt::format("/usr/bin/python3 {}/pytorch_cpu_step.py --mode {} --steps {} --threads {} 2>/dev/null",
+                                      HALFGRAD_BENCH_DIR, mode, steps, threads);
+  std::vector<double> t;
   FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return out;
-  char mode[32];
+  if (!pipe) return t;
   double ms;
-  while (fscanf(pipe, " pytorch %31s %lf", mode, &ms) == 2) out[std::string("pytorch-") + mode] = ms;
+  while (fscanf(pipe, " %lf", &ms) == 1) t.push_back(ms);
   pclose(pipe);
-  return out;
+  return t;
 }
 
 }  // namespace
@@ -97,44 +126,55 @@ int main(int argc, char** argv) {
   const double flops = 6.0 * kBatch * (double(kIn) * kHidden + double(kHidden) * kHidden + double(kHidden) * kClasses);
   fmt::print("MLP {}-{}-{}-{}, batch {}, SGD; {} threads; {:.2f} GFLOP per step (forward + backward)\n", kIn,
              kHidden, kHidden, kClasses, kBatch, threads, flops / 1e9);
+  fmt::print("each variant in its own process, blocks of steps interleaved; median over all steps\n");
 
-  std::vector<std::pair<std::string, std::function<void()>>> runs{{"halfgrad", make_halfgrad_step(false)}};
+  struct Variant {
+    std::string name;
+    std::function<std::vector<double>(int)> run;  // block of n steps -> times
+  };
+  std::vector<Variant> variants{
+      {"halfgrad", [](int n) { return time_in_child([] { return make_halfgrad_step(false); }, n); }},
+      {"halfgrad-amp", [](int n) { return time_in_child([] { return make_halfgrad_step(true); }, n); }},
+  };
 #ifdef HALFGRAD_BENCH_LIBTORCH
-  runs.emplace_back("libtorch", bench::make_libtorch_step(kBatch, kIn, kHidden, kClasses, 0.01f, threads, false));
-#endif
-  runs.emplace_back("halfgrad-amp", make_halfgrad_step(true));
-#ifdef HALFGRAD_BENCH_LIBTORCH
-  runs.emplace_back("libtorch-amp", bench::make_libtorch_step(kBatch, kIn, kHidden, kClasses, 0.01f, threads, true));
+  variants.push_back({"libtorch", [threads](int n) {
+                        return time_in_child(
+                            [threads] { return bench::make_libtorch_step(kBatch, kIn, kHidden, kClasses, 0.01f, threads, false); }, n);
+                      }});
+  variants.push_back({"libtorch-amp", [threads](int n) {
+                        return time_in_child(
+                            [threads] { return bench::make_libtorch_step(kBatch, kIn, kHidden, kClasses, 0.01f, threads, true); }, n);
+                      }});
 #else
   fmt::print("(LibTorch not found at build time: scripts/setup --bench installs it)\n");
 #endif
-  for (auto& [name, step] : runs)
-    for (int i = 0; i < 3; ++i) step();  // warm-up: primitive caches, allocator
+  variants.push_back({"pytorch", [threads](int n) { return time_pytorch("float32", n, threads); }});
+  variants.push_back({"pytorch-amp", [threads](int n) { return time_pytorch("amp", n, threads); }});
 
-  constexpr int kBlock = 5;  // interleave blocks of steps
-  std::vector<std::vector<double>> times(runs.size());
-  for (int done = 0; done < steps; done += kBlock)
-    for (size_t r = 0; r < runs.size(); ++r)
-      for (int i = 0; i < kBlock; ++i) times[r].push_back(time_ms(runs[r].second));
+  constexpr int kBlocks = 4;
+  std::map<std::string, std::vector<double>> times;
+  for (int b = 0; b < kBlocks; ++b)
+    for (auto& v : variants) {
+      auto t = v.run((steps + kBlocks - 1) / kBlocks);
+      times[v.name].insert(times[v.name].end(), t.begin(), t.end());
+    }
 
   fmt::print("{:<14} {:>14} {:>10}\n", "", "median ms/step", "GFLOP/s");
   std::map<std::string, double> med;
-  for (size_t r = 0; r < runs.size(); ++r) {
-    med[runs[r].first] = median(times[r]);
-    fmt::print("{:<14} {:>14.2f} {:>10.1f}\n", runs[r].first, med[runs[r].first], flops / med[runs[r].first] / 1e6);
+  for (auto& v : variants) {
+    if (times[v.name].empty()) {
+      fmt::print("{:<14} {:>14}\n", v.name, "n/a");
+      continue;
+    }
+    med[v.name] = median(times[v.name]);
+    fmt::print("{:<14} {:>14.2f} {:>10.1f}\n", v.name, med[v.name], flops / med[v.name] / 1e6);
   }
-  const std::string script = std::string(HALFGRAD_BENCH_DIR) + "/pytorch_cpu_step.py";
-  for (const auto& [name, ms] : run_pytorch(script, steps, threads)) {
-    med[name] = ms;
-    fmt::print("{:<14} {:>14.2f} {:>10.1f}\n", name, ms, flops / ms / 1e6);
-  }
-  if (!med.count("pytorch-amp")) fmt::print("(python3-torch not importable: no PyTorch eager rows)\n");
-  if (med.count("pytorch-amp"))
-    fmt::print("bf16 AMP: halfgrad / pytorch eager = {:.2f}x (target <= 1.00x)\n",
-               med["halfgrad-amp"] / med["pytorch-amp"]);
-  if (med.count("libtorch")) {
-    fmt::print("float32: halfgrad / libtorch = {:.2f}x (target <= 1.00x)\n", med["halfgrad"] / med["libtorch"]);
-    fmt::print("bf16 AMP: halfgrad / libtorch = {:.2f}x (target <= 1.00x)\n", med["halfgrad-amp"] / med["libtorch-amp"]);
-  }
-  fmt::print("halfgrad AMP speed-up over its float32 step: {:.2f}x (target >= 3x)\n", med["halfgrad"] / med["halfgrad-amp"]);
+  auto ratio = [&](const char* what, const char* a, const char* b, const char* target) {
+    if (med.count(a) && med.count(b)) fmt::print("{:<38} {:.2f}x ({})\n", what, med[a] / med[b], target);
+  };
+  ratio("float32: halfgrad / libtorch", "halfgrad", "libtorch", "target <= 1.00x");
+  ratio("float32: halfgrad / pytorch eager", "halfgrad", "pytorch", "target <= 1.00x");
+  ratio("bf16 AMP: halfgrad / pytorch eager", "halfgrad-amp", "pytorch-amp", "target <= 1.00x");
+  ratio("bf16 AMP: halfgrad / libtorch", "halfgrad-amp", "libtorch-amp", "C++ against C++");
+  ratio("halfgrad AMP speed-up over float32", "halfgrad", "halfgrad-amp", "target >= 3x");
 }

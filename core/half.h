@@ -75,11 +75,12 @@ HG_INLINE float half_bits_to_float(uint16_t h) {
 }
 
 // float -> bfloat16 bits (upper half of a float32), round to nearest even.
+// Branch-free (a select, not an early return) so conversion loops vectorise.
 HG_INLINE uint16_t float_to_bfloat16_bits(float f) {
   const uint32_t x = detail::float_bits(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x0040u);  // quiet NaN
-  const uint32_t rounding = 0x7fffu + ((x >> 16) & 1u);
-  return static_cast<uint16_t>((x + rounding) >> 16);
+  const uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (x >> 16) | 0x0040u;
+  return static_cast<uint16_t>((x & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
 HG_INLINE float bfloat16_bits_to_float(uint16_t b) {

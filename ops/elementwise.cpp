@@ -210,7 +210,10 @@ Tensor abs(const Tensor& a) {
 
 Tensor relu(const Tensor& a) {
   return unary_op("relu", UnaryOp::Relu, a,
-                  [](const Saved& s, const Tensor& g) -> Grads { return {masked_grad(g, gt(s.output(), 0.0))}; },
+                  [](const Saved& s, const Tensor& g) -> Grads {
+                    // one pass, no mask tensor: g where the output is positive
+                    return {binary_kernel(BinaryOp::ReluBackward, g.to(s.output().dtype()), s.output(), g.shape())};
+                  },
                   Save::Output, {}, false);
 }
 

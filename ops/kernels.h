@@ -24,6 +24,7 @@ struct UnaryParams {
 
 enum class BinaryOp : uint8_t {
   Add, Sub, Mul, Div, Pow, Maximum, Minimum,  // out dtype = input dtype
+  ReluBackward,                               // a = grad, b = relu output: b > 0 ? a : 0
   Eq, Ne, Lt, Le, Gt, Ge,                     // out dtype = bool
 };
 

@@ -79,6 +79,7 @@ HG_INLINE T binary_fn(T x, T y, T alpha) {
   else if constexpr (Op == BinaryOp::Pow) return pow_(x, y);
   else if constexpr (Op == BinaryOp::Maximum) return (isnan_(x) || x > y) ? x : y;
   else if constexpr (Op == BinaryOp::Minimum) return (isnan_(x) || x < y) ? x : y;
+  else if constexpr (Op == BinaryOp::ReluBackward) return y > T(0) ? x : T(0);  // PyTorch's threshold_backward
   else return T(0);
 }
 
@@ -116,6 +117,7 @@ constexpr bool unary_supports_int(kernels::UnaryOp op) {
   switch (op) {                                                                                        \
     HG_BINARY_CASE(Add, F) HG_BINARY_CASE(Sub, F) HG_BINARY_CASE(Mul, F) HG_BINARY_CASE(Div, F)       \
     HG_BINARY_CASE(Pow, F) HG_BINARY_CASE(Maximum, F) HG_BINARY_CASE(Minimum, F)                      \
+    HG_BINARY_CASE(ReluBackward, F)                                                                    \
     default: break;                                                                                    \
   }
 #define HG_COMPARE_OP_SWITCH(op, F)                                                                      \

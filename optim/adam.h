@@ -43,7 +43,7 @@ class Adam : public OptimizerImpl<AdamOptions, AdamState> {
 
  protected:
   void check_options(const AdamOptions& o) const override;
-  void update(Tensor& param, const Tensor& grad, AdamState& state, const AdamOptions& o) override;
+  void update(Tensor& param, Tensor& grad, AdamState& state, const AdamOptions& o, const Tensor& inv_scale) override;
 };
 
 class AdamW : public OptimizerImpl<AdamWOptions, AdamState> {
@@ -53,7 +53,7 @@ class AdamW : public OptimizerImpl<AdamWOptions, AdamState> {
 
  protected:
   void check_options(const AdamWOptions& o) const override;
-  void update(Tensor& param, const Tensor& grad, AdamState& state, const AdamWOptions& o) override;
+  void update(Tensor& param, Tensor& grad, AdamState& state, const AdamWOptions& o, const Tensor& inv_scale) override;
 };
 
 }  // namespace halfgrad::optim

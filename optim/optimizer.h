@@ -108,13 +108,16 @@ class OptimizerImpl : public Optimizer {
       for (auto& p : group.params) {
         Tensor grad = p.grad();
         if (!grad.defined()) continue;
-        // Unscale in place right before the update (the grad is hot in cache),
-        // leaving .grad unscaled afterwards as PyTorch's fused optimizers do.
-        if (scaler.inv_scale.defined()) grad.mul_(scaler.inv_scale);
         HG_CHECK(grad.shape() == p.shape() && grad.device() == p.device(),
                  "{}.step: gradient {} does not match its parameter {}", name(), grad.describe(), p.describe());
-        if (grad.dtype() != p.dtype()) grad = grad.to(p.dtype());  // state and update in the param's dtype
-        update(p, grad, state_[p.unsafe_impl()], group.options);
+        if (grad.dtype() != p.dtype()) {
+          // state and update in the param's dtype: unscale first, then convert
+          if (scaler.inv_scale.defined()) grad.mul_(scaler.inv_scale);
+          grad = grad.to(p.dtype());
+          update(p, grad, state_[p.unsafe_impl()], group.options, Tensor());
+        } else {
+          update(p, grad, state_[p.unsafe_impl()], group.options, scaler.inv_scale);
+        }
       }
     }
   }
@@ -133,8 +136,11 @@ class OptimizerImpl : public Optimizer {
 
   // Rejects options the update cannot use (an Error naming the option).
   virtual void check_options(const Options& options) const = 0;
-  // One parameter's update, under no_grad; grad has the param's dtype.
-  virtual void update(Tensor& param, const Tensor& grad, State& state, const Options& options) = 0;
+  // One parameter's update, under no_grad; grad has the param's dtype. If
+  // inv_scale is defined the grad is still scaled: the update multiplies it
+  // by inv_scale, writes the unscaled grad back to .grad (as PyTorch's fused
+  // optimizers do) and uses it, in the same pass where it can.
+  virtual void update(Tensor& param, Tensor& grad, State& state, const Options& options, const Tensor& inv_scale) = 0;
 
  private:
   const ParamGroup& checked(size_t group) const {

@@ -1,6 +1,7 @@
 #include "optim/sgd.h"
 
 #include "ops/ops.h"
+#include "optim/fused_cpu.h"
 
 namespace halfgrad::optim {
 
@@ -17,14 +18,23 @@ void SGD::check_options(const SGDOptions& o) const {
            o.momentum, o.dampening);
 }
 
-void SGD::update(Tensor& p, const Tensor& grad, SGDState& state, const SGDOptions& o) {
-  // Plain SGD is one in-place pass: p += -lr * g.
+void SGD::update(Tensor& p, Tensor& grad, SGDState& state, const SGDOptions& o, const Tensor& inv_scale) {
+  const bool first = !state.momentum_buffer.defined();
+  if (o.momentum != 0.0 && first) state.momentum_buffer = empty_like(p);  // written by the first step
+  if (fused::applies({&p, &grad, &state.momentum_buffer})) {
+    // one pass: unscale, weight decay, momentum, update
+    fused::sgd(p, grad, o.momentum != 0.0 ? state.momentum_buffer : Tensor(), fused::inv_scale_value(inv_scale),
+               {static_cast<float>(o.lr), static_cast<float>(o.momentum), static_cast<float>(1.0 - o.dampening),
+                static_cast<float>(o.weight_decay), o.nesterov, first});
+    return;
+  }
+  // Any other dtype, layout or device: the same formulas as tensor ops.
+  if (inv_scale.defined()) grad.mul_(inv_scale);
   Tensor d_p = o.weight_decay != 0.0 ? add(grad, p, o.weight_decay) : grad;
   if (o.momentum != 0.0) {
     Tensor& buf = state.momentum_buffer;
-    if (!buf.defined()) {
-      // Own copy: .grad may be zeroed in place later.
-      buf = o.weight_decay != 0.0 ? d_p : d_p.clone();
+    if (first) {
+      buf.copy_(d_p);
     } else {
       buf.mul_(o.momentum).add_(d_p, 1.0 - o.dampening);
     }

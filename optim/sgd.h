@@ -30,7 +30,7 @@ class SGD : public OptimizerImpl<SGDOptions, SGDState> {
 
  protected:
   void check_options(const SGDOptions& o) const override;
-  void update(Tensor& param, const Tensor& grad, SGDState& state, const SGDOptions& o) override;
+  void update(Tensor& param, Tensor& grad, SGDState& state, const SGDOptions& o, const Tensor& inv_scale) override;
 };
 
 }  // namespace halfgrad::optim

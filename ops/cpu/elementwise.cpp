@@ -68,11 +68,36 @@ void fill(const Tensor& out, double value) {
   });
 }
 
+namespace {
+// The casts autocast runs every step (weights to bfloat16, their gradients
+// back) as flat loops on the bits, which the compiler vectorises.
+bool bfloat16_cast_fast_path(const Tensor& dst, const Tensor& src) {
+  if (!dst.is_contiguous() || !src.is_contiguous()) return false;
+  const int64_t n = dst.numel();
+  if (dst.dtype() == DType::BFloat16 && src.dtype() == DType::Float32) {
+    auto* d = static_cast<uint16_t*>(dst.data_ptr());
+    const auto* s = static_cast<const float*>(src.data_ptr());
+#pragma omp parallel for simd if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) d[i] = float_to_bfloat16_bits(s[i]);
+    return true;
+  }
+  if (dst.dtype() == DType::Float32 && src.dtype() == DType::BFloat16) {
+    auto* d = static_cast<float*>(dst.data_ptr());
+    const auto* s = static_cast<const uint16_t*>(src.data_ptr());
+#pragma omp parallel for simd if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) d[i] = bfloat16_bits_to_float(s[i]);
+    return true;
+  }
+  return false;
+}
+}  // namespace
+
 void copy(const Tensor& dst, const Tensor& src) {
   if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
     if (dst.numel() > 0) std::memcpy(dst.data_ptr(), src.data_ptr(), dst.numel() * itemsize(dst.dtype()));
     return;
   }
+  if (bfloat16_cast_fast_path(dst, src)) return;
   HG_DISPATCH_ALL(dst.dtype(), "copy", [&] {
     using D = scalar_t;
     HG_DISPATCH_ALL(src.dtype(), "copy", [&] {
