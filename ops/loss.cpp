@@ -55,8 +55,9 @@ void check_targets(std::string_view op, const Tensor& input, const Tensor& targe
 }
 
 // Per-sample losses [N] -> the requested reduction. Mean divides by the
-// number of targets that are not ignore_index (NaN when all are ignored, as in PyTorch).
-Tensor reduce_loss(const Tensor& per_sample, Reduction reduction, double count) {
+// number of targets that are not ignore_index (NaN when all are ignored, as
+// in PyTorch). The count stays a tensor on the device: no host sync.
+Tensor reduce_loss(const Tensor& per_sample, Reduction reduction, const Tensor& count) {
   switch (reduction) {
     case Reduction::None: return per_sample;
     case Reduction::Sum: return sum(per_sample);
@@ -66,14 +67,15 @@ Tensor reduce_loss(const Tensor& per_sample, Reduction reduction, double count) 
 }
 
 // The gradient of each sample's loss, from the reduced loss's gradient.
-Tensor per_sample_grad(const Tensor& g, Reduction reduction, int64_t n, double count) {
+Tensor per_sample_grad(const Tensor& g, Reduction reduction, int64_t n, const Tensor& count) {
   if (reduction == Reduction::None) return g.contiguous();
   const Tensor gs = reduction == Reduction::Mean ? div(g, count) : g;
   return ops::broadcast_to(gs.reshape({1}), {n}).contiguous();
 }
 
-double target_count(const Tensor& target, int64_t ignore_index) {
-  return static_cast<double>(sum(ne(target, static_cast<double>(ignore_index))).item<int64_t>());
+// How many targets count toward the mean, as a 0-d tensor of `dtype`.
+Tensor target_count(const Tensor& target, int64_t ignore_index, DType dtype) {
+  return sum(ne(target, static_cast<double>(ignore_index))).to(dtype);
 }
 
 }  // namespace
@@ -90,12 +92,12 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reducti
         const Tensor lp = in[0].contiguous();
         Tensor per = make_tensor({n}, lp.options());
         kernels::nll_loss(lp, in[1].contiguous(), per, ignore_index);
-        const double count = reduction == Reduction::Mean ? target_count(in[1], ignore_index) : 1.0;
+        const Tensor count = reduction == Reduction::Mean ? target_count(in[1], ignore_index, lp.dtype()) : Tensor();
         return reduce_loss(per, reduction, count);
       },
       [=](const Saved& s, const Tensor& g) -> Grads {
         const Tensor& t = s.input(1);
-        const double count = reduction == Reduction::Mean ? target_count(t, ignore_index) : 1.0;
+        const Tensor count = reduction == Reduction::Mean ? target_count(t, ignore_index, g.dtype()) : Tensor();
         Tensor glp = make_tensor(s.input(0).shape(), g.options());
         kernels::nll_loss_backward(per_sample_grad(g, reduction, n, count), t.contiguous(), glp, ignore_index);
         return {glp, Tensor()};
@@ -108,7 +110,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
   const int64_t n = logits.shape()[0];
   // log-probabilities computed in forward, kept for backward
   auto logp = std::make_shared<Tensor>();
-  auto count = std::make_shared<double>(1.0);
+  auto count = std::make_shared<Tensor>();
   return dispatch::call(
       "cross_entropy", {logits, target},
       [=](const std::vector<Tensor>& in) {
@@ -117,13 +119,13 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
         kernels::softmax(x, *logp, /*log=*/true);
         Tensor per = make_tensor({n}, x.options());
         kernels::nll_loss(*logp, in[1].contiguous(), per, ignore_index, "cross_entropy");
-        if (reduction == Reduction::Mean) *count = target_count(in[1], ignore_index);
+        if (reduction == Reduction::Mean) *count = target_count(in[1], ignore_index, x.dtype());
         return reduce_loss(per, reduction, *count);
       },
       [=](const Saved& s, const Tensor& g) -> Grads {
         const Tensor& t = s.input(1);
         Tensor glp = make_tensor(logp->shape(), logp->options());
-        kernels::nll_loss_backward(per_sample_grad(g.to(logp->dtype()), reduction, n, *count), t.contiguous(), glp,
+        kernels::nll_loss_backward(per_sample_grad(g.to(logp->dtype()), reduction, n, count->defined() ? count->to(logp->dtype()) : *count), t.contiguous(), glp,
                                    ignore_index);
         Tensor gx = make_tensor(logp->shape(), logp->options());
         kernels::softmax_backward(glp, *logp, gx, /*log=*/true);  // softmax(x) * sum - one-hot
