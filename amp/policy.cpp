@@ -15,6 +15,7 @@ namespace halfgrad::amp {
 namespace {
 
 using P = CastPolicy;
+const char* const kFused = "halfgrad's Linear+activation: one GEMM with the activation in its epilogue, as linear";
 const char* const kViaDtype = "fp32 through the op's dtype argument: inputs are not cast, the output is float32";
 
 struct Builtin {
@@ -36,6 +37,7 @@ const std::vector<Builtin> kCuda = {
   {"chain_matmul", P::LowerPrecision}, {"linalg_multi_dot", P::LowerPrecision}, {"lstm_cell", P::LowerPrecision},
   {"gru_cell", P::LowerPrecision}, {"rnn_tanh_cell", P::LowerPrecision}, {"rnn_relu_cell", P::LowerPrecision},
   {"scaled_dot_product_attention", P::LowerPrecision},
+  {"linear_relu", P::LowerPrecision, kFused}, {"linear_gelu", P::LowerPrecision, kFused},
   // fp32: ops whose range or precision float16 cannot carry
   {"acos", P::Fp32}, {"asin", P::Fp32}, {"cosh", P::Fp32}, {"erfinv", P::Fp32}, {"exp", P::Fp32},
   {"expm1", P::Fp32}, {"log", P::Fp32}, {"log10", P::Fp32}, {"log2", P::Fp32}, {"log1p", P::Fp32},
@@ -73,6 +75,7 @@ const std::vector<Builtin> kCpu = {
   {"conv_transpose1d", P::LowerPrecision}, {"conv_transpose2d", P::LowerPrecision},
   {"conv_transpose3d", P::LowerPrecision}, {"prelu", P::LowerPrecision},
   {"scaled_dot_product_attention", P::LowerPrecision},
+  {"linear_relu", P::LowerPrecision, kFused}, {"linear_gelu", P::LowerPrecision, kFused},
   // fp32: the losses
   {"mse_loss", P::Fp32}, {"nll_loss", P::Fp32}, {"cross_entropy", P::Fp32}, {"l1_loss", P::Fp32},
   {"smooth_l1_loss", P::Fp32}, {"huber_loss", P::Fp32}, {"kl_div", P::Fp32}, {"binary_cross_entropy", P::Fp32},

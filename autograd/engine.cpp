@@ -17,10 +17,11 @@ bool grad_enabled() { return g_grad_enabled; }
 void set_grad_enabled(bool enabled) { g_grad_enabled = enabled; }
 
 const Tensor& SavedTensor::get(const std::string& op) const {
-  HG_CHECK(tensor_.defined(),
+  HG_CHECK(!released_,
            "{} backward: trying to backward through the graph a second time (or to use saved tensors after "
            "they were freed). Pass retain_graph=true to the first backward() if you need to run it twice.",
            op);
+  if (!tensor_.defined()) return tensor_;
   HG_CHECK(tensor_.version() == version_,
            "{} backward: one of the tensors needed for gradient computation ({}) has been modified by an "
            "in-place operation: it is at version {}, expected version {}. Use an out-of-place op, or clone() "

@@ -20,12 +20,17 @@ class SavedTensor {
  public:
   SavedTensor() = default;
   explicit SavedTensor(const Tensor& t) : tensor_(t.defined() ? t.detach() : t), version_(t.defined() ? t.version() : 0) {}
+  // The saved tensor (undefined if an undefined one was saved, e.g. no bias).
   const Tensor& get(const std::string& op) const;
-  void reset() { tensor_ = Tensor(); }
+  void reset() {
+    tensor_ = Tensor();
+    released_ = true;
+  }
 
  private:
   Tensor tensor_;
   uint64_t version_ = 0;
+  bool released_ = false;
 };
 
 // What the dispatcher saved for an op's backward formula.

@@ -9,7 +9,8 @@
 
 namespace halfgrad::nn {
 
-Linear::Linear(int64_t in, int64_t out, bool has_bias) : in_features(in), out_features(out) {
+Linear::Linear(int64_t in, int64_t out, bool has_bias, Activation act)
+    : in_features(in), out_features(out), activation(act) {
   HG_CHECK(in >= 0 && out >= 0, "Linear: in_features ({}) and out_features ({}) must be non-negative", in, out);
   weight = empty({out, in});
   register_parameter("weight", weight);
@@ -28,11 +29,17 @@ void Linear::reset_parameters() {
   }
 }
 
-Tensor Linear::forward(const Tensor& x) const { return linear(x, weight, bias); }
+Tensor Linear::forward(const Tensor& x) const { return linear(x, weight, bias, activation); }
+
+Tensor Linear::forward(const Tensor& x, Activation act) const {
+  HG_CHECK(activation == Activation::None, "Linear::forward: this layer already applies an activation");
+  return linear(x, weight, bias, act);
+}
 
 std::string Linear::extra_repr() const {
-  return fmt::format("in_features={}, out_features={}, bias={}", in_features, out_features,
-                     bias.defined() ? "True" : "False");
+  static constexpr const char* kAct[] = {"", ", activation=ReLU", ", activation=GELU"};
+  return fmt::format("in_features={}, out_features={}, bias={}{}", in_features, out_features,
+                     bias.defined() ? "True" : "False", kAct[static_cast<int>(activation)]);
 }
 
 }  // namespace halfgrad::nn

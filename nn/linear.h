@@ -1,6 +1,7 @@
 #pragma once
 // Linear: y = x W^T + b (torch.nn.Linear), weight [out, in], bias [out].
 #include "nn/module.h"
+#include "ops/ops.h"
 
 namespace halfgrad::nn {
 
@@ -8,9 +9,13 @@ class Linear : public Module {
  public:
   // PyTorch's default init: weight and bias ~ U(-1/sqrt(in), 1/sqrt(in))
   // (kaiming_uniform_ with a = sqrt(5)), drawn weight first from the global generator.
-  Linear(int64_t in_features, int64_t out_features, bool bias = true);
+  // `activation` (halfgrad's extension): ReLU or GELU applied in the GEMM's
+  // epilogue, one op instead of two (Sequential fuses Linear + ReLU/GELU this way).
+  Linear(int64_t in_features, int64_t out_features, bool bias = true, Activation activation = Activation::None);
 
   Tensor forward(const Tensor& x) const;
+  // This layer followed by `act`, as one fused op.
+  Tensor forward(const Tensor& x, Activation act) const;
   Tensor operator()(const Tensor& x) const { return forward(x); }
   // Draws the parameters again.
   void reset_parameters();
@@ -19,6 +24,7 @@ class Linear : public Module {
   int64_t in_features, out_features;
   Tensor weight;  // [out_features, in_features], float32
   Tensor bias;    // [out_features], float32; undefined when bias = false
+  Activation activation = Activation::None;
 };
 
 }  // namespace halfgrad::nn

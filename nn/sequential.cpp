@@ -1,5 +1,8 @@
 #include "nn/sequential.h"
 
+#include "nn/activation.h"
+#include "nn/linear.h"
+
 namespace halfgrad::nn {
 
 void Sequential::append(Module* m, std::function<Tensor(const Tensor&)> step, std::shared_ptr<Module> owned) {
@@ -10,9 +13,26 @@ void Sequential::append(Module* m, std::function<Tensor(const Tensor&)> step, st
   steps_.push_back(std::move(step));
 }
 
+// A Linear followed by a ReLU or GELU runs as one fused op (one GEMM with the
+// bias and activation in its epilogue); the modules, their names and the
+// state dict stay exactly as registered.
 Tensor Sequential::forward(const Tensor& x) const {
   Tensor y = x;
-  for (const auto& step : steps_) y = step(y);
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const auto* lin = dynamic_cast<const Linear*>(modules_[i]);
+    if (lin && lin->activation == Activation::None && i + 1 < modules_.size()) {
+      const Module* next = modules_[i + 1];
+      const Activation act = dynamic_cast<const ReLU*>(next)   ? Activation::ReLU
+                             : dynamic_cast<const GELU*>(next) ? Activation::GELU
+                                                               : Activation::None;
+      if (act != Activation::None) {
+        y = lin->forward(y, act);
+        ++i;
+        continue;
+      }
+    }
+    y = steps_[i](y);
+  }
   return y;
 }
 

@@ -78,6 +78,18 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bia
   cpu::gemm(a, b, out, bias, beta);
 }
 
+void linear_act(const Tensor& x2, const Tensor& w, const Tensor& bias, Activation act, const Tensor& out,
+                const Tensor& pre) {
+  if (!on_cpu(x2)) not_on_cuda("linear", x2);
+  cpu::linear_act(x2, w, bias, act, out, pre);
+}
+
+void linear_act_backward(const Tensor& g, const Tensor& x2, const Tensor& w, Activation act, const Tensor& saved,
+                         const Tensor& dx, const Tensor& dw, const Tensor& db) {
+  if (!on_cpu(g)) not_on_cuda("linear backward", g);
+  cpu::linear_act_backward(g, x2, w, act, saved, dx, dw, db);
+}
+
 void softmax(const Tensor& in, const Tensor& out, bool log) {
   if (!on_cpu(in)) not_on_cuda(log ? "log_softmax" : "softmax", in);
   cpu::softmax(in, out, log);

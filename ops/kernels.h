@@ -50,6 +50,18 @@ void reduce(ReduceOp op, const Tensor& in, const std::vector<int64_t>& dims, con
 // a and b, rows of out contiguous. Accumulates in float32 (float64 for float64).
 void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias = Tensor(), float beta = 0.f);
 
+// Linear + activation in one GEMM (the bias and activation in its epilogue):
+// out = act(x2 @ w^T + bias), x2 [N, in], w [out, in], bias [out] or undefined.
+// `pre`, when defined ([N, out]), receives x2 @ w^T + bias: GELU's backward
+// needs it (ReLU's needs only the output).
+enum class Activation : uint8_t { None, ReLU, GELU };
+void linear_act(const Tensor& x2, const Tensor& w, const Tensor& bias, Activation act, const Tensor& out,
+                const Tensor& pre);
+// Its backward: gz = g * act'(.), then dx = gz @ w, dw = gz^T @ x2, db = sum(gz, 0)
+// (db undefined: no bias). `saved` is the output for ReLU, `pre` for GELU.
+void linear_act_backward(const Tensor& g, const Tensor& x2, const Tensor& w, Activation act, const Tensor& saved,
+                         const Tensor& dx, const Tensor& dw, const Tensor& db);
+
 // Softmax over the last dim of a contiguous tensor (log: log-softmax).
 void softmax(const Tensor& in, const Tensor& out, bool log);
 // grad_in from grad_out and the forward output y: softmax: y * (g - sum(g*y));

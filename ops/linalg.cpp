@@ -3,6 +3,8 @@
 // mm, bmm, addmm and linear are ops with their own GEMM
 // call and backward; matmul is composite (PyTorch's shape rules on top of
 // mm/bmm) but still one dispatcher entry, so autocast sees "matmul".
+#include <memory>
+
 #include "ops/dispatch.h"
 #include "ops/kernels.h"
 #include "ops/ops.h"
@@ -97,40 +99,55 @@ Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, double beta, 
       Save::Inputs);
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  HG_CHECK(weight.dim() == 2, "linear: weight must be 2-d [out_features, in_features], got {}", weight.describe());
+// linear and Linear+activation are one op with one GEMM: the bias (and the
+// activation) ride in the GEMM's epilogue, and the backward is one call that
+// applies dReLU/dGELU, produces dx and dw, and reduces db.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {
+  static constexpr const char* kNames[] = {"linear", "linear_relu", "linear_gelu"};
+  const char* name = kNames[static_cast<int>(act)];
+  HG_CHECK(weight.dim() == 2, "{}: weight must be 2-d [out_features, in_features], got {}", name, weight.describe());
   HG_CHECK(x.dim() >= 1 && x.shape().back() == weight.shape()[1],
-           "linear: input {} does not match weight {} (input's last dim must be in_features = {})", x.describe(),
+           "{}: input {} does not match weight {} (input's last dim must be in_features = {})", name, x.describe(),
            weight.describe(), weight.shape()[1]);
   HG_CHECK(!bias.defined() || (bias.dim() == 1 && bias.shape()[0] == weight.shape()[0]),
-           "linear: bias {} must be 1-d with out_features = {} elements", bias.describe(), weight.shape()[0]);
-  check_float("linear", x);
-  const Shape x_shape = x.shape();
-  const bool has_bias = bias.defined();
+           "{}: bias {} must be 1-d with out_features = {} elements", name, bias.describe(), weight.shape()[0]);
+  check_float(name, x);
+  auto pre = std::make_shared<Tensor>();  // GELU's pre-activation, kept for backward
   return dispatch::call(
-      "linear", {x, weight, bias},
-      [](const std::vector<Tensor>& in) {
-        ops::check_same_dtype("linear", in);
+      name, {x, weight, bias},
+      [act, name, pre](const std::vector<Tensor>& in) {
+        ops::check_same_dtype(name, in);
         const Tensor& x = in[0];
         const Tensor& w = in[1];
-        // [*, in] -> [N, in]; y = x W^T + b with the bias in the GEMM's epilogue
+        // [*, in] -> [N, in]
         const Tensor x2 = x.dim() == 2 ? x : x.reshape({-1, x.shape().back()});
-        Tensor y = gemm_new(x2, w.t(), {x2.shape()[0], w.shape()[0]}, in[2]);
+        Tensor y = make_tensor({x2.shape()[0], w.shape()[0]}, x.options());
+        if (act == Activation::GELU) *pre = make_tensor(y.shape(), y.options());
+        kernels::linear_act(gemm_operand(x2), w, in[2], act, y, *pre);
         if (x.dim() == 2) return y;
         Shape out_shape = x.shape();
         out_shape.back() = w.shape()[0];
         return y.view(out_shape);
       },
-      [x_shape, has_bias](const Saved& s, const Tensor& g) -> Grads {
+      [act, pre](const Saved& s, const Tensor& g) -> Grads {
         const Tensor& x = s.input(0);
         const Tensor& w = s.input(1);
-        const Tensor g2 = g.dim() == 2 ? g : g.reshape({-1, g.shape().back()});
-        const Tensor x2 = x.dim() == 2 ? x : x.reshape({-1, x.shape().back()});
-        Tensor gx = mm(g2, w);  // [N, in]
-        if (x.dim() != 2) gx = gx.view(x_shape);
-        return {gx, mm(g2.t(), x2), has_bias ? sum(g2, {0}) : Tensor()};
+        const bool has_bias = s.input(2).defined();
+        const Tensor g2 = (g.dim() == 2 ? g : g.reshape({-1, g.shape().back()})).contiguous();
+        const Tensor x2 = gemm_operand(x.dim() == 2 ? x : x.reshape({-1, x.shape().back()}));
+        Tensor saved;
+        if (act == Activation::ReLU) saved = s.output().reshape(g2.shape());
+        if (act == Activation::GELU) saved = *pre;
+        Tensor dx = make_tensor(x2.shape(), g.options()), dw = make_tensor(w.shape(), g.options());
+        Tensor db = has_bias ? make_tensor({w.shape()[0]}, g.options()) : Tensor();
+        kernels::linear_act_backward(g2, x2, gemm_operand(w), act, saved, dx, dw, db);
+        return {x.dim() == 2 ? dx : dx.view(x.shape()), dw, db};
       },
-      Save::Inputs);
+      act == Activation::ReLU ? Save::Both : Save::Inputs);
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  return linear(x, weight, bias, Activation::None);
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {

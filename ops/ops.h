@@ -6,6 +6,7 @@
 
 #include "core/random.h"
 #include "core/tensor.h"
+#include "ops/kernels.h"
 
 namespace halfgrad {
 
@@ -86,6 +87,10 @@ Tensor bmm(const Tensor& a, const Tensor& b);   // [B,m,k] @ [B,k,n]
 Tensor matmul(const Tensor& a, const Tensor& b);  // 1-d, 2-d and batched, as torch.matmul
 Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, double beta = 1.0, double alpha = 1.0);
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());  // x @ W^T + b
+// Linear followed by an activation, as one op: one GEMM with the bias and the
+// activation in its epilogue (ops "linear_relu", "linear_gelu").
+using Activation = kernels::Activation;
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation activation);
 
 // ---- activations and losses (torch.nn.functional) ----------------------------------
 enum class Reduction { Mean, Sum, None };

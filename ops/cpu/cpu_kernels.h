@@ -10,7 +10,11 @@ void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& o
 void fill(const Tensor& out, double value);
 void copy(const Tensor& dst, const Tensor& src);
 void reduce(kernels::ReduceOp op, const Tensor& in, const std::vector<int64_t>& dims, const Tensor& out);
-void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias, float beta);
+void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias, float beta, bool relu = false);
+void linear_act(const Tensor& x2, const Tensor& w, const Tensor& bias, kernels::Activation act, const Tensor& out,
+                const Tensor& pre);
+void linear_act_backward(const Tensor& g, const Tensor& x2, const Tensor& w, kernels::Activation act,
+                         const Tensor& saved, const Tensor& dx, const Tensor& dw, const Tensor& db);
 void softmax(const Tensor& in, const Tensor& out, bool log);
 void softmax_backward(const Tensor& grad_out, const Tensor& y, const Tensor& grad_in, bool log);
 void nll_loss(const Tensor& logp, const Tensor& target, const Tensor& out, int64_t ignore_index, const char* op);

@@ -170,6 +170,7 @@ void gemm_without_products(const GemmArgs& g) {
       for (int64_t j = 0; j < g.n; ++j) {
         acc v = bias ? static_cast<acc>(bias[j]) : acc(0);
         if (g.beta != 0.f) v += static_cast<acc>(g.beta) * static_cast<acc>(row[j]);
+        if (g.relu && v < acc(0)) v = acc(0);
         row[j] = static_cast<T>(v);
       }
     }
@@ -285,6 +286,7 @@ struct PrimitiveKey {
   Layout a, b, c;  // canonical; a and b plain
   bool has_bias;
   uint32_t beta_bits;
+  bool relu;
   auto operator<=>(const PrimitiveKey&) const = default;
 };
 
@@ -318,11 +320,10 @@ CachedPrimitive create_primitive(const PrimitiveKey& key) {
   // scratchpad, so two threads running cached primitives at once would share it.
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   const float beta = std::bit_cast<float>(key.beta_bits);
-  if (beta != 0.f) {  // C = A @ B + bias + beta * C_old
-    dnnl::post_ops ops;
-    ops.append_sum(beta);
-    attr.set_post_ops(ops);
-  }
+  dnnl::post_ops ops;
+  if (beta != 0.f) ops.append_sum(beta);  // C = A @ B + bias + beta * C_old
+  if (key.relu) ops.append_eltwise(1.f, dnnl::algorithm::eltwise_relu, 0.f, 0.f);  // then max(0, .)
+  if (ops.len() > 0) attr.set_post_ops(ops);
   const dnnl::matmul::desc desc(p.a, p.b, p.bias, p.c);
   const dnnl::matmul::primitive_desc pd(desc, attr, engine());
   p.scratchpad = pd.scratchpad_desc();
@@ -378,8 +379,8 @@ void execute(const CachedPrimitive& p, const void* a, const void* b, const void*
 
 // C = A @ B (+ bias) (+ beta * C) for plain layouts, through a cached primitive.
 void matmul(DType dtype, const Layout& a, const void* a_ptr, const Layout& b, const void* b_ptr,
-            const Layout& c, void* c_ptr, const void* bias, float beta) {
-  const PrimitiveKey key{dtype, a, b, c, bias != nullptr, std::bit_cast<uint32_t>(beta)};
+            const Layout& c, void* c_ptr, const void* bias, float beta, bool relu) {
+  const PrimitiveKey key{dtype, a, b, c, bias != nullptr, std::bit_cast<uint32_t>(beta), relu};
   try {
     execute(*get_primitive(key), a_ptr, b_ptr, bias, c_ptr);
   } catch (const dnnl::error& e) {
@@ -398,7 +399,7 @@ void matmul(DType dtype, const Layout& a, const void* a_ptr, const Layout& b, co
 // and float16 widen to float32 first).
 
 void matmul(DType dtype, const Layout& a, const void* a_ptr, const Layout& b, const void* b_ptr,
-            const Layout& c, void* c_ptr, const void* bias, float beta) {
+            const Layout& c, void* c_ptr, const void* bias, float beta, bool relu) {
   HG_CHECK(dtype == DType::Float32, "gemm: the portable path takes float32, got {}", dtype_name(dtype));
   const float* A = static_cast<const float*>(a_ptr);
   const float* B = static_cast<const float*>(b_ptr);
@@ -420,6 +421,7 @@ void matmul(DType dtype, const Layout& a, const void* a_ptr, const Layout& b, co
     for (int64_t j = 0; j < n; ++j) {
       double v = acc[j] + (bias_f ? bias_f[j] : 0.0);
       if (beta != 0.f) v += static_cast<double>(beta) * crow[j * c.cs];
+      if (relu && v < 0.0) v = 0.0;
       crow[j * c.cs] = static_cast<float>(v);
     }
   }
@@ -444,7 +446,7 @@ void gemm_onednn(const GemmArgs& g, Layout a, Layout b, const Layout& c) {
   ThreadScratch& s = scratch();
   const void* a_ptr = plain_operand<T>(g.a, a, s.a);
   const void* b_ptr = plain_operand<T>(g.b, b, s.b);
-  matmul(g.dtype, a, a_ptr, b, b_ptr, c, g.c, g.bias, g.beta);
+  matmul(g.dtype, a, a_ptr, b, b_ptr, c, g.c, g.bias, g.beta, g.relu);
 }
 
 // float16 (and bfloat16 where oneDNN cannot): oneDNN 2.6 has no f16 matmul
@@ -469,7 +471,7 @@ void gemm_widened(const GemmArgs& g, const Layout& a, const Layout& b, const Lay
 
   const Layout c32 = canonical({c.batch, c.rows, c.cols, c.rows * c.cols, c.cols, 1});
   float* c_buf = s.c.get<float>(c32.numel());
-  matmul(DType::Float32, a32, a_buf, b32, b_buf, c32, c_buf, bias_buf, 0.f);
+  matmul(DType::Float32, a32, a_buf, b32, b_buf, c32, c_buf, bias_buf, 0.f, false);  // relu after beta, below
 
   T* out = static_cast<T*>(g.c);
   const int64_t rows = g.batch * g.m;
@@ -480,6 +482,7 @@ void gemm_widened(const GemmArgs& g, const Layout& a, const Layout& b, const Lay
     for (int64_t j = 0; j < g.n; ++j) {
       float v = src[j];
       if (g.beta != 0.f) v += g.beta * static_cast<float>(dst[j]);
+      if (g.relu && v < 0.f) v = 0.f;
       dst[j] = static_cast<T>(v);
     }
   }
@@ -492,7 +495,7 @@ bool onednn_has_bf16_matmul() {
   static const bool supported = [] {
     try {
       const Layout l = canonical({1, 2, 2, 4, 2, 1});
-      create_primitive({DType::BFloat16, l, l, l, false, 0});
+      create_primitive({DType::BFloat16, l, l, l, false, 0, false});
       return true;
     } catch (const dnnl::error&) {
       return false;
@@ -502,6 +505,16 @@ bool onednn_has_bf16_matmul() {
 #else
   return false;  // no oneDNN: bfloat16 widens to float32 like float16
 #endif
+}
+
+// C = max(0, C) for the float64 loop, which has no epilogue of its own.
+void relu_in_place(const GemmArgs& g) {
+  double* c = static_cast<double*>(g.c);
+  for (int64_t b = 0; b < g.batch; ++b)
+    for (int64_t i = 0; i < g.m; ++i) {
+      double* row = c + b * g.c_bs + i * g.c_rs;
+      for (int64_t j = 0; j < g.n; ++j) row[j] = row[j] < 0.0 ? 0.0 : row[j];
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -538,6 +551,7 @@ void gemm(const GemmArgs& args) {
   }
   if (g.dtype == DType::Float64) {
     gemm_f64(g);
+    if (g.relu) relu_in_place(g);  // float64 is our own loop: a second pass is fine there
     return;
   }
   if (g.batch > 1 && g.a_bs == 0 && g.b_bs == 0) {

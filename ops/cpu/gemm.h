@@ -34,6 +34,7 @@ struct GemmArgs {
   int64_t c_bs = 0, c_rs = 0;
   const void* bias = nullptr;  // optional: n contiguous elements of `dtype`
   float beta = 0.f;            // 0: C is overwritten and never read; 1: accumulate into C
+  bool relu = false;           // C = max(0, A @ B + bias + beta * C_old): Linear+ReLU in one pass
 };
 
 // Runs one (batched) GEMM as described above. m, n or k may be 0: with k == 0

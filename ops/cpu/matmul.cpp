@@ -5,7 +5,7 @@
 
 namespace halfgrad::cpu {
 
-void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias, float beta) {
+void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias, float beta, bool relu) {
   const bool batched = out.dim() == 3;
   auto st = [&](const Tensor& t, int i) { return t.strides()[t.dim() - 3 + i]; };  // i: 0 batch, 1 rows, 2 cols
   GemmArgs g;
@@ -27,7 +27,48 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bia
   g.c_rs = out.strides()[out.dim() - 2];
   g.bias = bias.defined() ? bias.data_ptr() : nullptr;
   g.beta = beta;
+  g.relu = relu;
   gemm(g);
+}
+
+namespace {
+// A transposed view without going through the dispatcher (kernels stay below it).
+Tensor transposed(const Tensor& t) {
+  return alias_with(t, {t.shape()[1], t.shape()[0]}, {t.strides()[1], t.strides()[0]}, t.offset());
+}
+}  // namespace
+
+// Linear + activation: ReLU rides in oneDNN's epilogue (a post-op); GELU
+// keeps the pre-activation for backward, so it is the GEMM then one pass.
+void linear_act(const Tensor& x2, const Tensor& w, const Tensor& bias, kernels::Activation act, const Tensor& out,
+                const Tensor& pre) {
+  using kernels::Activation;
+  const Tensor wt = transposed(w);
+  if (act == Activation::GELU) {
+    cpu::gemm(x2, wt, pre, bias, 0.f);
+    cpu::unary(kernels::UnaryOp::Gelu, pre, out, {});
+    return;
+  }
+  cpu::gemm(x2, wt, out, bias, 0.f, act == Activation::ReLU);
+  if (pre.defined()) cpu::copy(pre, out);
+}
+
+void linear_act_backward(const Tensor& g, const Tensor& x2, const Tensor& w, kernels::Activation act,
+                         const Tensor& saved, const Tensor& dx, const Tensor& dw, const Tensor& db) {
+  using kernels::Activation;
+  Tensor gz = g;
+  if (act != Activation::None) {
+    gz = make_tensor(g.shape(), g.options());
+    if (act == Activation::ReLU) {
+      cpu::binary(kernels::BinaryOp::ReluBackward, g, saved, gz, 1.0);
+    } else {
+      cpu::unary(kernels::UnaryOp::GeluGrad, saved, gz, {});
+      cpu::binary(kernels::BinaryOp::Mul, g, gz, gz, 1.0);
+    }
+  }
+  cpu::gemm(gz, w, dx, Tensor(), 0.f);
+  cpu::gemm(transposed(gz), x2, dw, Tensor(), 0.f);
+  if (db.defined()) cpu::reduce(kernels::ReduceOp::Sum, gz, {0}, alias_with(db, {1, db.numel()}, {db.numel(), 1}, db.offset()));
 }
 
 }  // namespace halfgrad::cpu
