@@ -31,20 +31,19 @@ namespace {
 
 constexpr int kBatch = 256, kIn = 784, kHidden = 1024, kClasses = 10;
 
-struct Net : hg::nn::Module {
-  hg::nn::Linear fc1{kIn, kHidden}, fc2{kHidden, kHidden}, fc3{kHidden, kClasses};
-  Net() {
-    register_module("fc1", fc1);
-    register_module("fc2", fc2);
-    register_module("fc3", fc3);
-  }
-  hg::Tensor forward(const hg::Tensor& x) { return fc3(hg::relu(fc2(hg::relu(fc1(x))))); }
-};
+// The same nn.Sequential as the LibTorch and PyTorch sides (ours runs each
+// Linear + ReLU pair as one fused op).
+std::shared_ptr<hg::nn::Sequential> make_model() {
+  using hg::nn::Linear, hg::nn::ReLU;
+  return std::make_shared<hg::nn::Sequential>(std::make_shared<Linear>(kIn, kHidden), std::make_shared<ReLU>(),
+                                              std::make_shared<Linear>(kHidden, kHidden), std::make_shared<ReLU>(),
+                                              std::make_shared<Linear>(kHidden, kClasses));
+}
 
 // amp: the forward and loss under bfloat16 autocast, with a GradScaler.
 std::function<void()> make_halfgrad_step(bool amp) {
   hg::manual_seed(0);
-  auto model = std::make_shared<Net>();
+  auto model = make_model();
   auto optimizer = std::make_shared<hg::optim::SGD>(model->parameters(), hg::optim::SGDOptions{.lr = 0.01});
   auto criterion = std::make_shared<hg::nn::CrossEntropyLoss>();
   auto scaler = std::make_shared<hg::amp::GradScaler>(hg::amp::GradScalerOptions{.enabled = amp});
