@@ -33,9 +33,13 @@ Tensor GradScaler::scale(const Tensor& loss) {
 GradScaler::PerOptimizer& GradScaler::state_for(ScaledOptimizer& optimizer) { return per_optimizer_[&optimizer]; }
 
 Tensor GradScaler::inv_scale() const {
-  // 1/S computed in float64, stored in float32, as PyTorch does
-  NoGradGuard no_grad;
-  return div(ones({}, TensorOptions(DType::Float64, scale_.device())), scale_.to(DType::Float64)).to(DType::Float32);
+  // 1/S computed in float64, stored in float32, as PyTorch does. On CUDA a
+  // device thread computes it from the device-resident scale: the host never
+  // reads S, so the step stays free of syncs (and capturable in a CUDA graph).
+  // A fresh tensor each time: nobody holding an older one sees it change.
+  Tensor inv = empty({}, TensorOptions(DType::Float32, scale_.device()));
+  reciprocal_scale(scale_, inv);
+  return inv;
 }
 
 // One pass over every grad: record inf/NaN in a fresh flag, and unscale in
@@ -44,13 +48,19 @@ Tensor GradScaler::check(ScaledOptimizer& optimizer, bool unscale) {
   HG_CHECK(scale_.defined(),
            "GradScaler: no scale yet. Call scaler.scale(loss).backward() before unscale_() or step().");
   const std::vector<Tensor> grads = optimizer.scaled_grads();
-  for (const auto& g : grads)
+  for (const auto& g : grads) {
+    HG_CHECK(g.device() == scale_.device(),
+             "GradScaler: gradient {} is on {} but the scaler lives on {} (the device of the first scaled loss); use "
+             "one GradScaler per device",
+             g.describe(), g.device().str(), scale_.device().str());
     HG_CHECK(g.dtype() != DType::Float16,
              "Attempting to unscale FP16 gradients. The parameters are stored in float16, so their gradients "
              "are too, and unscaling them in place would underflow exactly as the scaling was meant to prevent. "
              "Keep float32 master weights (do not call model.to(float16)) and let amp::autocast cast them for "
              "each op. (gradient: {})",
              g.describe());
+  }
+  // Zeroed on the device's stream (a memset): no host involvement.
   Tensor found_inf = zeros({}, TensorOptions(DType::Float32, scale_.device()));
   unscale_and_check(grads, found_inf, unscale ? inv_scale() : Tensor());
   return found_inf;

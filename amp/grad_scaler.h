@@ -12,7 +12,13 @@
 // is skipped whole (no parameter and no optimizer state changes) and S halves.
 //
 // The scale, the growth tracker and the found-inf flags are tensors on the
-// gradients' device: on CUDA a step needs no host sync unless asked.
+// gradients' device: on CUDA a step needs no host sync unless asked. scale(),
+// unscale_(), step() and update() only queue device work (the inf/NaN check
+// and unscale in one multi-tensor kernel, 1/S and the scale update in one
+// device thread each, the optimizer's fused kernels skipping on the device),
+// so a whole training step can be captured in a CUDA graph. What waits for
+// the device: get_scale(), growth_tracker(), state_dict(), asking a
+// StepResult, and trace lines (only while tracing).
 #include <map>
 #include <string>
 #include <vector>
@@ -94,7 +100,7 @@ class GradScaler {
   };
   void lazy_init(Device device);
   PerOptimizer& state_for(ScaledOptimizer& optimizer);
-  Tensor inv_scale() const;
+  Tensor inv_scale() const;  // a fresh float32 scalar 1/S on the scale's device, computed there
   Tensor check(ScaledOptimizer& optimizer, bool unscale);
 
   GradScalerOptions options_;

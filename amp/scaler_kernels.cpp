@@ -1,17 +1,37 @@
-// CPU versions of the loss-scaler kernels (the CUDA ones live beside them in
-// amp/cuda/ once the CUDA backend lands; until then a CUDA tensor is an Error).
+// The loss-scaler kernels: CPU versions here; CUDA tensors go to the device
+// kernels in amp/cuda/ (which never make the host wait).
 #include "amp/scaler_kernels.h"
 
 #include <cmath>
 
 #include "core/error.h"
+#if HALFGRAD_WITH_CUDA
+#include "amp/cuda/scaler_kernels_cuda.h"
+#endif
 
 namespace halfgrad::amp {
 
 namespace {
+// The CPU kernels read these tensors with the host's loads.
 void require_cpu(const char* op, const Tensor& t) {
-  HG_CHECK(t.device().is_cpu(), "{}: no CUDA kernel yet for {} (the CUDA loss-scaler kernels come with the CUDA backend)",
+#if HALFGRAD_WITH_CUDA
+  HG_CHECK(t.device().is_cpu(),
+           "{}: {} is on {} but the scaler's other tensors are on the CPU; the scale, the flags and the gradients "
+           "must share one device",
+           op, t.describe(), t.device().str());
+#else
+  HG_CHECK(t.device().is_cpu(),
+           "{}: {} is a CUDA tensor but this halfgrad was built without CUDA (HALFGRAD_CUDA=OFF or no nvcc at "
+           "configure time)",
            op, t.describe());
+#endif
+}
+
+// Gradients on another device than the scaler's flag: one scaler per device.
+void require_device(const char* op, const Tensor& g, const Tensor& found_inf) {
+  HG_CHECK(g.device() == found_inf.device(),
+           "{}: gradient {} is on {} but the scaler's found_inf flag is on {}; use one GradScaler per device", op,
+           g.describe(), g.device().str(), found_inf.device().str());
 }
 
 // Check and scale in one pass over a contiguous grad (AccumulateGrad makes
@@ -41,7 +61,13 @@ bool unscale_one(const Tensor& g, float inv, bool apply) {
 }  // namespace
 
 void unscale_and_check(const std::vector<Tensor>& grads, const Tensor& found_inf, const Tensor& inv_scale) {
+  for (const Tensor& g : grads)
+    if (g.defined()) require_device("unscale_and_check", g, found_inf);
+#if HALFGRAD_WITH_CUDA
+  if (found_inf.device().is_cuda()) return cuda_kernels::unscale_and_check(grads, found_inf, inv_scale);
+#endif
   require_cpu("unscale_and_check", found_inf);
+  if (inv_scale.defined()) require_cpu("unscale_and_check", inv_scale);
   const bool apply = inv_scale.defined();
   const float inv = apply ? *static_cast<const float*>(inv_scale.data_ptr()) : 1.0f;
   bool bad = false;
@@ -56,6 +82,7 @@ void unscale_and_check(const std::vector<Tensor>& grads, const Tensor& found_inf
         bad |= !std::isfinite(p[i]);
         if (apply) p[i] *= static_cast<double>(inv);
       }
+      if (apply) g.bump_version();
       continue;
     }
     bad |= HG_DISPATCH_FLOATING(g.dtype(), "unscale_and_check", [&] { return unscale_one<scalar_t>(g, inv, apply && inv != 1.0f); });
@@ -66,7 +93,13 @@ void unscale_and_check(const std::vector<Tensor>& grads, const Tensor& found_inf
 
 void update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf, double growth_factor,
                   double backoff_factor, int64_t growth_interval) {
+#if HALFGRAD_WITH_CUDA
+  if (scale.device().is_cuda())
+    return cuda_kernels::update_scale(scale, growth_tracker, found_inf, growth_factor, backoff_factor, growth_interval);
+#endif
   require_cpu("update_scale", scale);
+  require_cpu("update_scale", growth_tracker);
+  require_cpu("update_scale", found_inf);
   float& s = *static_cast<float*>(scale.data_ptr());
   int64_t& tracker = *static_cast<int64_t*>(growth_tracker.data_ptr());
   const float inf = *static_cast<const float*>(found_inf.data_ptr());
@@ -83,6 +116,21 @@ void update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tenso
   } else {
     tracker = successful;
   }
+}
+
+void reciprocal_scale(const Tensor& scale, const Tensor& out) {
+#if HALFGRAD_WITH_CUDA
+  if (scale.device().is_cuda()) return cuda_kernels::reciprocal_scale(scale, out);
+#endif
+  require_cpu("reciprocal_scale", scale);
+  require_cpu("reciprocal_scale", out);
+  HG_CHECK(scale.dtype() == DType::Float32 && out.dtype() == DType::Float32 && scale.numel() == 1 &&
+               out.numel() == 1,
+           "reciprocal_scale: expected two one-element float32 tensors, got {} and {}", scale.describe(),
+           out.describe());
+  *static_cast<float*>(out.data_ptr()) =
+      static_cast<float>(1.0 / static_cast<double>(*static_cast<const float*>(scale.data_ptr())));
+  out.bump_version();
 }
 
 }  // namespace halfgrad::amp

@@ -21,4 +21,9 @@ void unscale_and_check(const std::vector<Tensor>& grads, const Tensor& found_inf
 void update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf, double growth_factor,
                   double backoff_factor, int64_t growth_interval);
 
+// out = 1 / scale, computed in float64 and stored in float32 (PyTorch's
+// unscale factor). Both float32 scalars on one device; on CUDA a device
+// thread computes it, so the host never reads the scale.
+void reciprocal_scale(const Tensor& scale, const Tensor& out);
+
 }  // namespace halfgrad::amp

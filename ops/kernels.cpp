@@ -1,120 +1,131 @@
 // Backend selection: every kernel entry point goes to ops/cpu or ops/cuda by
 // the device of its tensors (the dispatcher has already checked that they
-// share one). The CUDA backend so far provides fill and copies; the other
-// CUDA kernels arrive with the CUDA backend issue and until then a CUDA
-// tensor in those ops is a clear Error.
+// share one). Built without CUDA, a CUDA tensor cannot exist (allocation
+// fails first), so the CUDA branches compile away.
 #include "ops/kernels.h"
 
 #include "core/cuda/runtime.h"
 #include "ops/cpu/cpu_kernels.h"
+#if HALFGRAD_WITH_CUDA
+#include "ops/cuda/cuda_kernels.h"
+#include "ops/cuda/gemm.h"
+#define HG_BACKEND(t, cpu_call, cuda_call) \
+  do {                                     \
+    if ((t).device().is_cpu()) {           \
+      cpu_call;                            \
+    } else {                               \
+      cuda_call;                           \
+    }                                      \
+  } while (0)
+#else
+#define HG_BACKEND(t, cpu_call, cuda_call) \
+  do {                                     \
+    (void)(t);                             \
+    cpu_call;                              \
+  } while (0)
+#endif
 
 namespace halfgrad::kernels {
 
-namespace {
-[[noreturn]] void not_on_cuda(const char* op, const Tensor& t) {
-  fail("{}: no CUDA kernel yet for {} (the CUDA backend so far allocates, fills and copies). Move the tensor "
-       "to the CPU with .cpu() for now.",
-       op, t.describe());
-}
-bool on_cpu(const Tensor& t) { return t.device().is_cpu(); }
-}  // namespace
-
 void unary(UnaryOp op, const Tensor& in, const Tensor& out, UnaryParams p) {
-  if (!on_cpu(in)) not_on_cuda("unary", in);
-  cpu::unary(op, in, out, p);
+  HG_BACKEND(in, cpu::unary(op, in, out, p), cuda_ops::unary(op, in, out, p));
 }
 
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, double alpha) {
-  if (!on_cpu(a)) not_on_cuda("binary", a);
-  cpu::binary(op, a, b, out, alpha);
+  HG_BACKEND(a, cpu::binary(op, a, b, out, alpha), cuda_ops::binary(op, a, b, out, alpha));
 }
 
 void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
-  if (!on_cpu(a)) not_on_cuda("where", a);
-  cpu::where(cond, a, b, out);
+  HG_BACKEND(a, cpu::where(cond, a, b, out), cuda_ops::where(cond, a, b, out));
 }
 
-void fill(const Tensor& out, double value) {
-  if (on_cpu(out)) return cpu::fill(out, value);
-  HG_CHECK(out.is_contiguous(), "fill: CUDA fill needs a contiguous tensor, got {}", out.describe());
-  cuda::fill(out.data_ptr(), out.dtype(), static_cast<size_t>(out.numel()), value, out.device().index);
-}
+void fill(const Tensor& out, double value) { HG_BACKEND(out, cpu::fill(out, value), cuda_ops::fill(out, value)); }
 
 void copy(const Tensor& dst, const Tensor& src) {
   HG_CHECK(dst.shape() == src.shape(), "copy: shapes differ: {} and {}", dst.describe(), src.describe());
-  if (on_cpu(dst) && on_cpu(src)) return cpu::copy(dst, src);
-  if (dst.numel() == 0) return;
-  const size_t nbytes = static_cast<size_t>(src.numel()) * itemsize(src.dtype());
-  const bool same_layout = dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous();
-  if (same_layout) {
-    const int device = dst.device().is_cuda() ? dst.device().index : src.device().index;
-    cuda::copy_bytes(dst.data_ptr(), dst.device().is_cuda(), src.data_ptr(), src.device().is_cuda(), nbytes, device);
+  if (dst.device() == src.device()) {
+    HG_BACKEND(dst, cpu::copy(dst, src), cuda_ops::copy(dst, src));
     return;
   }
-  // A cast or a strided layout: do that part on the host.
-  if (on_cpu(dst)) {
-    HG_CHECK(src.is_contiguous(), "copy: a strided CUDA source ({}) needs a CUDA kernel; call contiguous() first",
-             src.describe());
-    Tensor host = make_tensor(src.shape(), TensorOptions(src.dtype(), Device::cpu()));
-    copy(host, src);
-    return cpu::copy(dst, host);
+  if (dst.numel() == 0) return;
+  // Between host and device: bytes move contiguously in one dtype; a cast or
+  // a strided layout is done on the side that has the data.
+  const int device = dst.device().is_cuda() ? dst.device().index : src.device().index;
+  if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
+    cuda::copy_bytes(dst.data_ptr(), dst.device().is_cuda(), src.data_ptr(), src.device().is_cuda(),
+                     static_cast<size_t>(src.numel()) * itemsize(src.dtype()), device);
+    return;
   }
-  if (on_cpu(src)) {
-    HG_CHECK(dst.is_contiguous(), "copy: a strided CUDA destination ({}) needs a CUDA kernel", dst.describe());
-    Tensor host = make_tensor(src.shape(), TensorOptions(dst.dtype(), Device::cpu()));
-    cpu::copy(host, src);
-    return copy(dst, host);
+  if (src.device().is_cpu()) {  // host -> device: cast/pack on the host, then move
+    Tensor staged = make_tensor(src.shape(), TensorOptions(dst.dtype(), Device::cpu()));
+    cpu::copy(staged, src);
+    if (dst.is_contiguous()) return copy(dst, staged);
+    Tensor moved = make_tensor(src.shape(), TensorOptions(dst.dtype(), dst.device()));
+    copy(moved, staged);
+    return copy(dst, moved);  // device-side strided copy
   }
-  not_on_cuda("copy (casting or strided, on the device)", src);
+  // device -> host: pack on the device in the source dtype, move, cast on the host
+  Tensor packed = src.is_contiguous() ? src : make_tensor(src.shape(), src.options());
+  if (!src.is_contiguous()) copy(packed, src);
+  Tensor host = make_tensor(src.shape(), TensorOptions(src.dtype(), Device::cpu()));
+  copy(host, packed);
+  cpu::copy(dst, host);
 }
 
 void reduce(ReduceOp op, const Tensor& in, const std::vector<int64_t>& dims, const Tensor& out) {
-  if (!on_cpu(in)) not_on_cuda("reduce", in);
-  cpu::reduce(op, in, dims, out);
+  HG_BACKEND(in, cpu::reduce(op, in, dims, out), cuda_ops::reduce(op, in, dims, out));
 }
 
 void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias, float beta) {
-  if (!on_cpu(a)) not_on_cuda("gemm", a);
-  cpu::gemm(a, b, out, bias, beta);
+  HG_BACKEND(a, cpu::gemm(a, b, out, bias, beta), cuda_ops::gemm(a, b, out, bias, beta));
 }
+
+#if HALFGRAD_WITH_CUDA
+namespace {
+cuda_ops::Epilogue epilogue(Activation act) {
+  return act == Activation::ReLU   ? cuda_ops::Epilogue::BiasRelu
+         : act == Activation::GELU ? cuda_ops::Epilogue::BiasGelu
+                                   : cuda_ops::Epilogue::Bias;
+}
+}  // namespace
+#endif
 
 void linear_act(const Tensor& x2, const Tensor& w, const Tensor& bias, Activation act, const Tensor& out,
                 const Tensor& pre) {
-  if (!on_cpu(x2)) not_on_cuda("linear", x2);
-  cpu::linear_act(x2, w, bias, act, out, pre);
+  HG_BACKEND(x2, cpu::linear_act(x2, w, bias, act, out, pre),
+             cuda_ops::linear_forward(x2, w, bias, epilogue(act), out, pre));
 }
 
 void linear_act_backward(const Tensor& g, const Tensor& x2, const Tensor& w, Activation act, const Tensor& saved,
                          const Tensor& dx, const Tensor& dw, const Tensor& db) {
-  if (!on_cpu(g)) not_on_cuda("linear backward", g);
-  cpu::linear_act_backward(g, x2, w, act, saved, dx, dw, db);
+  HG_BACKEND(g, cpu::linear_act_backward(g, x2, w, act, saved, dx, dw, db),
+             cuda_ops::linear_backward_epilogue(g, x2, w, epilogue(act), saved, dx, dw, db));
 }
 
 void softmax(const Tensor& in, const Tensor& out, bool log) {
-  if (!on_cpu(in)) not_on_cuda(log ? "log_softmax" : "softmax", in);
-  cpu::softmax(in, out, log);
+  HG_BACKEND(in, cpu::softmax(in, out, log), cuda_ops::softmax(in, out, log));
 }
 
 void softmax_backward(const Tensor& grad_out, const Tensor& y, const Tensor& grad_in, bool log) {
-  if (!on_cpu(y)) not_on_cuda("softmax_backward", y);
-  cpu::softmax_backward(grad_out, y, grad_in, log);
+  HG_BACKEND(y, cpu::softmax_backward(grad_out, y, grad_in, log), cuda_ops::softmax_backward(grad_out, y, grad_in, log));
 }
 
 void nll_loss(const Tensor& logp, const Tensor& target, const Tensor& out, int64_t ignore_index, const char* op) {
-  if (!on_cpu(logp)) not_on_cuda(op, logp);
-  cpu::nll_loss(logp, target, out, ignore_index, op);
+  HG_BACKEND(logp, cpu::nll_loss(logp, target, out, ignore_index, op),
+             cuda_ops::nll_loss(logp, target, out, ignore_index));
 }
 
 void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& grad_logp, int64_t ignore_index) {
-  if (!on_cpu(grad)) not_on_cuda("nll_loss_backward", grad);
-  cpu::nll_loss_backward(grad, target, grad_logp, ignore_index);
+  HG_BACKEND(grad, cpu::nll_loss_backward(grad, target, grad_logp, ignore_index),
+             cuda_ops::nll_loss_backward(grad, target, grad_logp, ignore_index));
 }
 
-// Random numbers come from the one CPU generator; CUDA tensors get them by copy.
+// Random numbers come from the one CPU generator; CUDA tensors get them by a
+// copy from the host (not capturable in a CUDA graph: draw them outside one).
 namespace {
 template <typename Fill>
 void random_fill(const Tensor& out, Fill fill_host) {
-  if (on_cpu(out)) return fill_host(out);
+  if (out.device().is_cpu()) return fill_host(out);
   Tensor host = make_tensor(out.shape(), TensorOptions(out.dtype(), Device::cpu()));
   fill_host(host);
   copy(out, host);

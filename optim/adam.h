@@ -30,10 +30,19 @@ struct AdamWOptions {
 };
 
 struct AdamState {
-  int64_t step = 0;
+  int64_t step = 0;       // steps applied on the host path (CPU, or CUDA params without a fused kernel)
   Tensor exp_avg;         // m, in the param's dtype
   Tensor exp_avg_sq;      // v
   Tensor max_exp_avg_sq;  // v_max (amsgrad only)
+  // CUDA fused path: the step count as a float32 scalar on the device, as in
+  // PyTorch's fused Adam. A skipped step is decided on the device, so the
+  // count is advanced there (and `step` above stays 0). Undefined otherwise.
+  Tensor device_step;
+
+  // Applied steps, wherever they are counted (on CUDA, asking waits for the GPU).
+  int64_t step_count() const {
+    return device_step.defined() ? static_cast<int64_t>(device_step.item<float>()) : step;
+  }
 };
 
 class Adam : public OptimizerImpl<AdamOptions, AdamState> {
@@ -44,6 +53,10 @@ class Adam : public OptimizerImpl<AdamOptions, AdamState> {
  protected:
   void check_options(const AdamOptions& o) const override;
   void update(Tensor& param, Tensor& grad, AdamState& state, const AdamOptions& o, const Tensor& inv_scale) override;
+  bool has_fused_device_update() const override { return true; }
+  void update_fused_device(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                           const std::vector<AdamState*>& states, const AdamOptions& o,
+                           const amp::ScalerStep& scaler) override;
 };
 
 class AdamW : public OptimizerImpl<AdamWOptions, AdamState> {
@@ -54,6 +67,10 @@ class AdamW : public OptimizerImpl<AdamWOptions, AdamState> {
  protected:
   void check_options(const AdamWOptions& o) const override;
   void update(Tensor& param, Tensor& grad, AdamState& state, const AdamWOptions& o, const Tensor& inv_scale) override;
+  bool has_fused_device_update() const override { return true; }
+  void update_fused_device(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                           const std::vector<AdamState*>& states, const AdamWOptions& o,
+                           const amp::ScalerStep& scaler) override;
 };
 
 }  // namespace halfgrad::optim

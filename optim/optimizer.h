@@ -12,6 +12,11 @@
 // so each optimizer writes its per-parameter update in exactly one place,
 // and a caller that must decide per step whether updates happen (the AMP
 // loss scaler) has one loop to hook into.
+//
+// On CUDA the same loop gathers the group's float32 parameters instead and
+// hands them to update_fused_device(): one multi-tensor launch per group (and
+// device) that reads the scaler's found_inf and inv_scale on the device, so a
+// step never waits for the GPU (optim/cuda/fused_optim_cuda.h).
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -99,26 +104,43 @@ class OptimizerImpl : public Optimizer {
   using Optimizer::step;
   void step(const amp::ScalerStep& scaler) override {
     NoGradGuard no_grad;
-    // The scaler hand-shake. A step with an inf/NaN gradient returns before
-    // touching anything, so parameters and state (momentum, Adam's moments and
-    // step count) stay bit-identical. On the CPU the flag is plain memory;
-    // on CUDA the fused kernels read it on the device instead of here.
-    if (scaler.found_inf.defined() && scaler.found_inf.item<float>() != 0.0f) return;
+    // The scaler hand-shake. A step with an inf/NaN gradient changes nothing:
+    // parameters and state (momentum, Adam's moments and step count) stay
+    // bit-identical. On the CPU the flag is plain memory: read it and return.
+    const bool flag_on_device = scaler.found_inf.defined() && !scaler.found_inf.device().is_cpu();
+    if (scaler.found_inf.defined() && !flag_on_device && scaler.found_inf.item<float>() != 0.0f) return;
+    // On CUDA the fused kernels read the flag on the device (every block
+    // returns at once when it is set). Only a parameter without a fused
+    // kernel (float64 or a strided view on CUDA) needs it on the host: it is
+    // read then, once per step, and that read waits for the GPU.
+    int host_flag = flag_on_device ? -1 : 0;  // -1: not read yet
+    auto skipped_on_host = [&] {
+      if (host_flag < 0) host_flag = scaler.found_inf.item<float>() != 0.0f ? 1 : 0;
+      return host_flag == 1;
+    };
     for (auto& group : groups_) {
+      std::vector<DeviceBatch> batches;  // one per CUDA device, usually one
       for (auto& p : group.params) {
         Tensor grad = p.grad();
         if (!grad.defined()) continue;
         HG_CHECK(grad.shape() == p.shape() && grad.device() == p.device(),
                  "{}.step: gradient {} does not match its parameter {}", name(), grad.describe(), p.describe());
+        State& state = state_[p.unsafe_impl()];
+        if (fuses_on_device(p, grad)) {
+          batch_for(batches, p.device()).add(p, grad, &state);
+          continue;
+        }
+        if (skipped_on_host()) continue;
         if (grad.dtype() != p.dtype()) {
           // state and update in the param's dtype: unscale first, then convert
           if (scaler.inv_scale.defined()) grad.mul_(scaler.inv_scale);
           grad = grad.to(p.dtype());
-          update(p, grad, state_[p.unsafe_impl()], group.options, Tensor());
+          update(p, grad, state, group.options, Tensor());
         } else {
-          update(p, grad, state_[p.unsafe_impl()], group.options, scaler.inv_scale);
+          update(p, grad, state, group.options, scaler.inv_scale);
         }
       }
+      for (auto& b : batches) update_fused_device(b.params, b.grads, b.states, group.options, scaler);
     }
   }
 
@@ -142,7 +164,42 @@ class OptimizerImpl : public Optimizer {
   // optimizers do) and uses it, in the same pass where it can.
   virtual void update(Tensor& param, Tensor& grad, State& state, const Options& options, const Tensor& inv_scale) = 0;
 
+  // The CUDA path. An optimizer with fused device kernels returns true, and
+  // then update_fused_device() gets, per group and device, every parameter
+  // whose param and grad are contiguous float32 CUDA tensors, with their
+  // states (made on first use). It must not wait for the device: found_inf
+  // and inv_scale (either may be undefined) are read by the kernels, which
+  // leave everything untouched when found_inf is set.
+  virtual bool has_fused_device_update() const { return false; }
+  virtual void update_fused_device(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                                   const std::vector<State*>& states, const Options& options,
+                                   const amp::ScalerStep& scaler) {
+    (void)params, (void)grads, (void)states, (void)options, (void)scaler;
+    fail("{}.step: no fused CUDA update (has_fused_device_update() is false)", name());
+  }
+
  private:
+  struct DeviceBatch {
+    Device device;
+    std::vector<Tensor> params, grads;
+    std::vector<State*> states;  // into state_: node-based, so stable while it grows
+    void add(const Tensor& p, const Tensor& g, State* s) {
+      params.push_back(p);
+      grads.push_back(g);
+      states.push_back(s);
+    }
+  };
+  static DeviceBatch& batch_for(std::vector<DeviceBatch>& batches, Device device) {
+    for (auto& b : batches)
+      if (b.device == device) return b;
+    batches.push_back(DeviceBatch{device, {}, {}, {}});
+    return batches.back();
+  }
+  bool fuses_on_device(const Tensor& p, const Tensor& grad) const {
+    return p.device().is_cuda() && has_fused_device_update() && p.dtype() == DType::Float32 &&
+           grad.dtype() == DType::Float32 && p.is_contiguous() && grad.is_contiguous();
+  }
+
   const ParamGroup& checked(size_t group) const {
     HG_CHECK(group < groups_.size(), "{}: no parameter group {} (there are {})", name(), group, groups_.size());
     return groups_[group];

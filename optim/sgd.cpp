@@ -2,8 +2,39 @@
 
 #include "ops/ops.h"
 #include "optim/fused_cpu.h"
+#if HALFGRAD_WITH_CUDA
+#include "optim/cuda/fused_optim_cuda.h"
+#endif
 
 namespace halfgrad::optim {
+
+namespace {
+
+// The state follows a parameter that moved (Module::to) after its first
+// step, and the applied-step count goes where the path that updates the
+// buffer keeps it: on the device for the fused CUDA path, implied by a
+// defined buffer on the host path. Each hand-over is a copy (from the device:
+// a wait for the GPU), once, not per step.
+void follow_param(SGDState& s, const Tensor& p, bool device_path) {
+  Tensor& buf = s.momentum_buffer;
+  if (!device_path && s.device_step.defined()) {
+    // A buffer no applied step wrote is no buffer yet: the next step is its first.
+    const bool written = s.device_step.item<float>() != 0.0f;
+    s.device_step = Tensor();
+    if (!written) buf = Tensor();
+  }
+  if (!buf.defined()) return;
+  if (buf.device() != p.device() || buf.dtype() != p.dtype()) buf = buf.to(p.device(), p.dtype());
+  if (!device_path) return;
+  if (!s.device_step.defined()) {
+    // made by the host path, so an applied step wrote it
+    s.device_step = full({}, 1.0, TensorOptions(DType::Float32, p.device()));
+  } else if (s.device_step.device() != p.device()) {
+    s.device_step = s.device_step.to(p.device());  // cuda:0 -> cuda:1
+  }
+}
+
+}  // namespace
 
 SGD::SGD(std::vector<Tensor> params, const SGDOptions& options) : OptimizerImpl("SGD", options) {
   add_param_group(std::move(params));
@@ -19,6 +50,7 @@ void SGD::check_options(const SGDOptions& o) const {
 }
 
 void SGD::update(Tensor& p, Tensor& grad, SGDState& state, const SGDOptions& o, const Tensor& inv_scale) {
+  follow_param(state, p, /*device_path=*/false);
   const bool first = !state.momentum_buffer.defined();
   if (o.momentum != 0.0 && first) state.momentum_buffer = empty_like(p);  // written by the first step
   if (fused::applies({&p, &grad, &state.momentum_buffer})) {
@@ -41,6 +73,35 @@ void SGD::update(Tensor& p, Tensor& grad, SGDState& state, const SGDOptions& o, 
     d_p = o.nesterov ? add(d_p, buf, o.momentum) : buf;
   }
   p.add_(d_p, -o.lr);
+}
+
+void SGD::update_fused_device(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                              const std::vector<SGDState*>& states, const SGDOptions& o,
+                              const amp::ScalerStep& scaler) {
+#if HALFGRAD_WITH_CUDA
+  std::vector<Tensor> bufs, steps;
+  if (o.momentum != 0.0) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      SGDState& s = *states[i];
+      const Tensor& p = params[i];
+      follow_param(s, p, /*device_path=*/true);
+      if (!s.momentum_buffer.defined()) {
+        // zeros, not empty: a skipped first step leaves this state behind
+        s.momentum_buffer = zeros_like(p);
+        s.device_step = zeros({}, TensorOptions(DType::Float32, p.device()));
+      }
+      bufs.push_back(s.momentum_buffer);
+      steps.push_back(s.device_step);
+    }
+  }
+  cuda_fused::sgd(params, grads, bufs, steps,
+                  {static_cast<float>(o.lr), static_cast<float>(o.momentum), static_cast<float>(1.0 - o.dampening),
+                   static_cast<float>(o.weight_decay), o.nesterov, /*first_step=*/false},
+                  scaler.found_inf, scaler.inv_scale);
+#else
+  (void)params, (void)grads, (void)states, (void)o, (void)scaler;
+  fail("SGD.step: this halfgrad was built without CUDA");
+#endif
 }
 
 }  // namespace halfgrad::optim

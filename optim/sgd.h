@@ -21,6 +21,10 @@ struct SGDOptions {
 
 struct SGDState {
   Tensor momentum_buffer;  // undefined until the first step with momentum
+  // CUDA only: float32 scalar on the device counting the steps applied to the
+  // buffer. A skipped step is decided on the device, so only the device knows
+  // which applied step is the first (the one that starts the buffer as d_p).
+  Tensor device_step;
 };
 
 class SGD : public OptimizerImpl<SGDOptions, SGDState> {
@@ -31,6 +35,10 @@ class SGD : public OptimizerImpl<SGDOptions, SGDState> {
  protected:
   void check_options(const SGDOptions& o) const override;
   void update(Tensor& param, Tensor& grad, SGDState& state, const SGDOptions& o, const Tensor& inv_scale) override;
+  bool has_fused_device_update() const override { return true; }
+  void update_fused_device(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                           const std::vector<SGDState*>& states, const SGDOptions& o,
+                           const amp::ScalerStep& scaler) override;
 };
 
 }  // namespace halfgrad::optim

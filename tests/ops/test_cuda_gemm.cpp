@@ -1,0 +1,590 @@
+// The cuBLASLt GEMM layer (ops/cuda/gemm.h) on a CUDA device, against float64
+// references built from the same rounded inputs: every dtype, transposed,
+// padded and strided operands, shared (stride-0) batches, bias and beta, TF32
+// off by default; the Linear epilogues (bias, ReLU, exact and tanh GELU, with
+// and without the aux buffers backward needs) fused and unfused; the backward
+// with the bias-gradient and dReLU/dGELU epilogues; and mm / bmm / matmul /
+// addmm / linear through the public API against the CPU backend.
+// Built only with the CUDA backend; without a usable GPU the [cuda] cases are
+// reported skipped.
+#include "test_util.h"
+
+#if defined(HALFGRAD_WITH_CUDA)
+
+#include <array>
+#include <string>
+#include <utility>
+
+#include <halfgrad.h>
+
+#include "ops/cuda/gemm.h"
+
+namespace hg = halfgrad;
+namespace cops = halfgrad::cuda_ops;
+using namespace hgtest;
+
+namespace {
+
+const hg::Device kCuda = hg::Device::cuda();
+
+Tensor dev(const Tensor& t) { return t.to(kCuda); }
+
+// Settings are process-wide: every test puts them back.
+struct PrecisionGuard {
+  std::string saved = cops::get_float32_matmul_precision();
+  ~PrecisionGuard() { cops::set_float32_matmul_precision(saved); }
+};
+struct FusionGuard {
+  bool saved = cops::epilogue_fusion();
+  explicit FusionGuard(bool on) { cops::set_epilogue_fusion(on); }
+  ~FusionGuard() { cops::set_epilogue_fusion(saved); }
+};
+
+// ---- operands in a given memory layout, the same on the host and the device -------------------
+enum class Layout {
+  RowMajor,     // contiguous
+  Transposed,   // stored [cols, rows]: row stride 1 (CUBLAS_OP_T, no copy)
+  Padded,       // rows of cols + 5 elements: a leading dimension larger than the width
+  ColStride2,   // column stride 2: cuBLASLt cannot read it, the layer copies it first
+  SharedBatch,  // one matrix for the whole batch (batch stride 0)
+};
+
+const char* layout_name(Layout l) {
+  switch (l) {
+    case Layout::RowMajor: return "row-major";
+    case Layout::Transposed: return "transposed";
+    case Layout::Padded: return "padded";
+    case Layout::ColStride2: return "column stride 2";
+    case Layout::SharedBatch: return "shared batch";
+  }
+  return "?";
+}
+
+struct Pair {
+  Tensor cpu, gpu;  // the same logical values and geometry
+};
+
+// A [batch, rows, cols] (batch == 0: [rows, cols]) operand stored as `layout`.
+Pair operand(int64_t batch, int64_t rows, int64_t cols, Layout layout, DType dt, double lo = -1, double hi = 1) {
+  const bool b3 = batch > 0;
+  const int64_t nb = b3 ? batch : 1;
+  Shape shape = b3 ? Shape{batch, rows, cols} : Shape{rows, cols};
+  Shape stored, strides;
+  switch (layout) {
+    case Layout::RowMajor:
+      stored = {nb * rows * cols};
+      strides = b3 ? Shape{rows * cols, cols, 1} : Shape{cols, 1};
+      break;
+    case Layout::Transposed:
+      stored = {nb * rows * cols};
+      strides = b3 ? Shape{rows * cols, 1, rows} : Shape{1, rows};
+      break;
+    case Layout::Padded:
+      stored = {nb * rows * (cols + 5) + 7};
+      strides = b3 ? Shape{rows * (cols + 5) + 7, cols + 5, 1} : Shape{cols + 5, 1};
+      break;
+    case Layout::ColStride2:
+      stored = {nb * rows * cols * 2};
+      strides = b3 ? Shape{rows * cols * 2, cols * 2, 2} : Shape{cols * 2, 2};
+      break;
+    case Layout::SharedBatch:
+      REQUIRE(b3);
+      stored = {rows * cols};
+      strides = {0, cols, 1};
+      break;
+  }
+  const Tensor base = uniform(stored, dt, lo, hi);
+  const Tensor gpu_base = dev(base);
+  return {hg::alias_with(base, shape, strides, 0), hg::alias_with(gpu_base, shape, strides, 0)};
+}
+
+// out[b] = a[b] @ b[b] (+ bias) (+ beta * c0[b]) in float64, from logical values.
+std::vector<double> ref_gemm(const Tensor& a, const Tensor& b, const Tensor& bias = Tensor(), double beta = 0,
+                             const std::vector<double>& c0 = {}) {
+  const bool b3 = a.dim() == 3;
+  const int64_t batch = b3 ? a.shape()[0] : 1, m = a.shape()[a.dim() - 2], k = a.shape()[a.dim() - 1],
+                n = b.shape()[b.dim() - 1];
+  const auto av = values(a), bv = values(b);
+  const auto biasv = bias.defined() ? values(bias) : std::vector<double>(static_cast<size_t>(n), 0.0);
+  std::vector<double> out(static_cast<size_t>(batch * m * n));
+  for (int64_t e = 0; e < batch; ++e) {
+    const std::vector<double> as(av.begin() + e * m * k, av.begin() + (e + 1) * m * k);
+    const std::vector<double> bs(bv.begin() + e * k * n, bv.begin() + (e + 1) * k * n);
+    const auto r = matmul2d(as, bs, m, k, n);
+    for (int64_t i = 0; i < m * n; ++i) {
+      const size_t o = static_cast<size_t>(e * m * n + i);
+      out[o] = r[static_cast<size_t>(i)] + biasv[static_cast<size_t>(i % n)] + (beta != 0 ? beta * c0[o] : 0.0);
+    }
+  }
+  return out;
+}
+
+Tensor empty_cuda(const Shape& shape, DType dt) { return hg::make_tensor(shape, TensorOptions(dt, kCuda)); }
+
+// ---- activations in float64 ----------------------------------------------------------------------
+constexpr double kSqrt2OverPi = 0.79788456080286535588, kKappa = 0.044715;
+
+double act_ref(cops::Epilogue e, double z) {
+  switch (e) {
+    case cops::Epilogue::BiasRelu: return z > 0 ? z : 0;
+    case cops::Epilogue::BiasGelu: return 0.5 * z * (1 + std::erf(z / std::sqrt(2.0)));
+    case cops::Epilogue::BiasGeluTanh: return 0.5 * z * (1 + std::tanh(kSqrt2OverPi * (z + kKappa * z * z * z)));
+    default: return z;
+  }
+}
+
+// d act / dz; ReLU takes the output y (y > 0), as the layer does.
+double act_grad_ref(cops::Epilogue e, double s) {
+  switch (e) {
+    case cops::Epilogue::BiasRelu: return s > 0 ? 1 : 0;
+    case cops::Epilogue::BiasGelu:
+      return 0.5 * (1 + std::erf(s / std::sqrt(2.0))) + s * std::exp(-0.5 * s * s) * 0.39894228040143267794;
+    case cops::Epilogue::BiasGeluTanh: {
+      const double t = std::tanh(kSqrt2OverPi * (s + kKappa * s * s * s));
+      return 0.5 * (1 + t) + 0.5 * s * (1 - t * t) * kSqrt2OverPi * (1 + 3 * kKappa * s * s);
+    }
+    default: return 1;
+  }
+}
+
+const char* epi_name(cops::Epilogue e) {
+  switch (e) {
+    case cops::Epilogue::None: return "None";
+    case cops::Epilogue::Bias: return "Bias";
+    case cops::Epilogue::BiasRelu: return "BiasRelu";
+    case cops::Epilogue::BiasGelu: return "BiasGelu";
+    case cops::Epilogue::BiasGeluTanh: return "BiasGeluTanh";
+  }
+  return "?";
+}
+
+// cuBLASLt's tanh GELU may use the hardware tanh approximation (~2^-11
+// relative): float32 cannot meet 1e-5 there.
+double act_tol(cops::Epilogue e, DType dt) {
+  return e == cops::Epilogue::BiasGeluTanh ? std::max(tol(dt), 1e-3) : tol(dt);
+}
+
+// z = x w^T + b in float64 ([N, out], row-major).
+std::vector<double> ref_linear(const Tensor& x, const Tensor& w, const Tensor& b) {
+  return ref_gemm(x, w.t(), b);
+}
+
+// m^T @ v for row-major m [r, c] and v [r, d]: [c, d].
+std::vector<double> ref_tn(const std::vector<double>& m, const std::vector<double>& v, int64_t r, int64_t c,
+                           int64_t d) {
+  std::vector<double> out(static_cast<size_t>(c * d), 0.0);
+  for (int64_t i = 0; i < r; ++i)
+    for (int64_t j = 0; j < c; ++j)
+      for (int64_t p = 0; p < d; ++p)
+        out[static_cast<size_t>(j * d + p)] += m[static_cast<size_t>(i * c + j)] * v[static_cast<size_t>(i * d + p)];
+  return out;
+}
+
+std::vector<double> col_sums(const std::vector<double>& m, int64_t r, int64_t c) {
+  std::vector<double> out(static_cast<size_t>(c), 0.0);
+  for (int64_t i = 0; i < r; ++i)
+    for (int64_t j = 0; j < c; ++j) out[static_cast<size_t>(j)] += m[static_cast<size_t>(i * c + j)];
+  return out;
+}
+
+// A [rows, cols] device view with row stride ld >= cols (a padded aux buffer),
+// and the host copy of its storage to read it back.
+Tensor padded_cuda(int64_t rows, int64_t cols, int64_t ld, DType dt) {
+  return hg::alias_with(empty_cuda({rows * ld}, dt), {rows, cols}, {ld, 1}, 0);
+}
+Tensor read_back(const Tensor& view) {  // any device view whose storage starts at offset 0
+  const int64_t n = static_cast<int64_t>(view.storage()->nbytes / hg::itemsize(view.dtype()));
+  const Tensor flat = hg::alias_with(view, {n}, {1}, 0).cpu();
+  return hg::alias_with(flat, view.shape(), view.strides(), view.offset());
+}
+
+}  // namespace
+
+// =============================================================================================
+// Settings (no GPU needed)
+
+TEST_CASE("float32 matmul precision takes PyTorch's names and rejects others", "[gemm]") {
+  PrecisionGuard guard;
+  CHECK(cops::get_float32_matmul_precision() == "highest");  // the default: exact float32
+  cops::set_float32_matmul_precision("high");
+  CHECK(cops::get_float32_matmul_precision() == "high");
+  cops::set_float32_matmul_precision("medium");
+  CHECK(cops::get_float32_matmul_precision() == "medium");
+  cops::set_float32_matmul_precision("highest");
+  CHECK(cops::get_float32_matmul_precision() == "highest");
+  REQUIRE_THROWS_AS(cops::set_float32_matmul_precision("tf32"), hg::Error);
+  REQUIRE_THROWS_WITH(cops::set_float32_matmul_precision("fast"), Catch::Contains("highest"));
+  CHECK(cops::get_float32_matmul_precision() == "highest");  // a rejected name changes nothing
+}
+
+// =============================================================================================
+// cuda_ops::gemm
+
+TEST_CASE("cuda gemm matches float64 for every dtype and operand layout", "[cuda][gemm]") {
+  const std::vector<std::pair<Layout, Layout>> layouts = {
+      {Layout::RowMajor, Layout::RowMajor},     {Layout::Transposed, Layout::RowMajor},
+      {Layout::RowMajor, Layout::Transposed},   {Layout::Transposed, Layout::Transposed},
+      {Layout::Padded, Layout::Transposed},     {Layout::ColStride2, Layout::RowMajor},
+      {Layout::RowMajor, Layout::ColStride2}};
+  // odd sizes (unaligned rows), aligned sizes, and vectors (m or n == 1, k == 1)
+  const std::vector<std::array<int64_t, 3>> sizes = {{37, 29, 23}, {64, 48, 32}, {1, 17, 9}, {9, 17, 1}, {5, 1, 7}};
+  for (DType dt : kFloatDTypes)
+    for (const auto& [la, lb] : layouts)
+      for (const auto& [m, k, n] : sizes) {
+        INFO(dname(dt) << " a " << layout_name(la) << ", b " << layout_name(lb) << ", m k n " << m << " " << k << " "
+                       << n);
+        const Pair a = operand(0, m, k, la, dt), b = operand(0, k, n, lb, dt);
+        Tensor out = empty_cuda({m, n}, dt);
+        cops::gemm(a.gpu, b.gpu, out, Tensor(), 0.f);
+        HG_CHECK_CLOSE(out.cpu(), ref_gemm(a.cpu, b.cpu));
+      }
+}
+
+TEST_CASE("cuda gemm batched with per-batch and shared operands", "[cuda][gemm]") {
+  const std::vector<std::pair<Layout, Layout>> layouts = {
+      {Layout::RowMajor, Layout::RowMajor},    {Layout::Transposed, Layout::Transposed},
+      {Layout::SharedBatch, Layout::RowMajor}, {Layout::RowMajor, Layout::SharedBatch},
+      {Layout::Padded, Layout::Transposed},    {Layout::ColStride2, Layout::SharedBatch}};
+  for (DType dt : kFloatDTypes)
+    for (const auto& [la, lb] : layouts) {
+      INFO(dname(dt) << " a " << layout_name(la) << ", b " << layout_name(lb));
+      const int64_t batch = 5, m = 19, k = 24, n = 13;
+      const Pair a = operand(batch, m, k, la, dt), b = operand(batch, k, n, lb, dt);
+      Tensor out = empty_cuda({batch, m, n}, dt);
+      cops::gemm(a.gpu, b.gpu, out, Tensor(), 0.f);
+      HG_CHECK_CLOSE(out.cpu(), ref_gemm(a.cpu, b.cpu));
+    }
+}
+
+TEST_CASE("cuda gemm adds the bias and beta times the old output", "[cuda][gemm]") {
+  for (DType dt : kFloatDTypes)
+    for (bool fused : {true, false})
+      for (int batch : {0, 3}) {
+        INFO(dname(dt) << (fused ? " fused" : " unfused") << " batch " << batch);
+        FusionGuard fusion(fused);
+        const int64_t m = 21, k = 40, n = 16;
+        const Pair a = operand(batch, m, k, Layout::RowMajor, dt), b = operand(batch, k, n, Layout::Transposed, dt);
+        const Tensor bias = uniform({n}, dt);
+        const Shape out_shape = batch ? Shape{batch, m, n} : Shape{m, n};
+        {
+          INFO("bias");
+          Tensor out = empty_cuda(out_shape, dt);
+          cops::gemm(a.gpu, b.gpu, out, dev(bias), 0.f);
+          HG_CHECK_CLOSE(out.cpu(), ref_gemm(a.cpu, b.cpu, bias));
+        }
+        const Tensor c0 = uniform(out_shape, dt);
+        {
+          INFO("beta = 1 (accumulate)");
+          Tensor out = dev(c0);
+          cops::gemm(a.gpu, b.gpu, out, Tensor(), 1.f);
+          HG_CHECK_CLOSE(out.cpu(), ref_gemm(a.cpu, b.cpu, Tensor(), 1.0, values(c0)));
+        }
+        {
+          INFO("bias and beta = 0.5 together");
+          Tensor out = dev(c0);
+          cops::gemm(a.gpu, b.gpu, out, dev(bias), 0.5f);
+          HG_CHECK_CLOSE(out.cpu(), ref_gemm(a.cpu, b.cpu, bias, 0.5, values(c0)));
+        }
+      }
+}
+
+TEST_CASE("cuda gemm with k equal to 0 gives bias plus beta times out, and empty shapes do nothing", "[cuda][gemm]") {
+  for (DType dt : kFloatDTypes) {
+    INFO(dname(dt));
+    const Tensor a = empty_cuda({4, 0}, dt), b = empty_cuda({0, 3}, dt);
+    const Tensor bias = uniform({3}, dt), c0 = uniform({4, 3}, dt);
+    Tensor out = empty_cuda({4, 3}, dt);
+    cops::gemm(a, b, out, Tensor(), 0.f);
+    HG_CHECK_EXACT(out.cpu(), std::vector<double>(12, 0.0));
+    out = dev(c0);
+    cops::gemm(a, b, out, dev(bias), 2.f);
+    std::vector<double> ref = values(c0);
+    for (size_t i = 0; i < ref.size(); ++i) ref[i] = round_to(2 * ref[i] + values(bias)[i % 3], dt);
+    HG_CHECK_CLOSE(out.cpu(), ref);
+    Tensor none = empty_cuda({0, 3}, dt);
+    cops::gemm(empty_cuda({0, 5}, dt), dev(uniform({5, 3}, dt)), none, Tensor(), 0.f);  // must not throw
+  }
+}
+
+TEST_CASE("cuda float32 gemm is exact float32 by default and uses TF32 only when asked", "[cuda][gemm]") {
+  PrecisionGuard guard;
+  const Pair a = operand(0, 256, 512, Layout::RowMajor, DType::Float32);
+  const Pair b = operand(0, 512, 192, Layout::Transposed, DType::Float32);
+  const auto ref = ref_gemm(a.cpu, b.cpu);
+  Tensor out = empty_cuda({256, 192}, DType::Float32);
+  REQUIRE(cops::get_float32_matmul_precision() == "highest");
+  cops::gemm(a.gpu, b.gpu, out, Tensor(), 0.f);
+  HG_CHECK_CLOSE_TOL(out.cpu(), ref, 1e-5);  // TF32 would be ~1e-4..1e-3 here
+
+  cops::set_float32_matmul_precision("high");
+  cops::gemm(a.gpu, b.gpu, out, Tensor(), 0.f);
+  const Compare tf32 = compare(out.cpu(), ref, 5e-3);
+  INFO(tf32.msg);
+  CHECK(tf32.ok);           // TF32 is still close
+  CHECK(tf32.err > 1e-6);   // and really was used (10-bit mantissas): on sm_80+ this size runs on tensor cores
+
+  cops::set_float32_matmul_precision("highest");  // and back: exact again (the plan cache keys on it)
+  cops::gemm(a.gpu, b.gpu, out, Tensor(), 0.f);
+  HG_CHECK_CLOSE_TOL(out.cpu(), ref, 1e-5);
+}
+
+TEST_CASE("cuda gemm rejects bad arguments with a clear error", "[cuda][gemm]") {
+  const Tensor a = dev(uniform({4, 5}, DType::Float32)), b = dev(uniform({5, 3}, DType::Float32));
+  Tensor out = empty_cuda({4, 3}, DType::Float32);
+  REQUIRE_THROWS_WITH(cops::gemm(a, dev(uniform({5, 3}, DType::Float16)), out, Tensor(), 0.f),
+                      Catch::Contains("float16") && Catch::Contains("gemm"));
+  REQUIRE_THROWS_AS(cops::gemm(a, uniform({5, 3}, DType::Float32), out, Tensor(), 0.f), hg::Error);  // host b
+  REQUIRE_THROWS_AS(cops::gemm(a, dev(uniform({6, 3}, DType::Float32)), out, Tensor(), 0.f), hg::Error);
+  REQUIRE_THROWS_AS(cops::gemm(a, b, out, dev(uniform({4}, DType::Float32)), 0.f), hg::Error);  // bias != n
+  const Tensor strided_out = hg::alias_with(empty_cuda({24}, DType::Float32), {4, 3}, {1, 4}, 0);
+  REQUIRE_THROWS_WITH(cops::gemm(a, b, strided_out, Tensor(), 0.f), Catch::Contains("contiguous"));
+}
+
+// =============================================================================================
+// linear_forward
+
+TEST_CASE("cuda linear_forward applies bias and activation in every dtype, fused and unfused", "[cuda][linear]") {
+  using E = cops::Epilogue;
+  for (DType dt : kFloatDTypes)
+    for (bool fused : {true, false})
+      for (E epi : {E::None, E::Bias, E::BiasRelu, E::BiasGelu, E::BiasGeluTanh})
+        for (bool with_bias : {true, false})
+          for (int64_t features : {24, 20}) {  // 24: GELU aux leading dim a multiple of 8; 20: not
+            if (epi == E::Bias && !with_bias) continue;
+            INFO(dname(dt) << (fused ? " fused " : " unfused ") << epi_name(epi) << (with_bias ? " bias" : " no bias")
+                           << " out_features " << features);
+            FusionGuard fusion(fused);
+            const int64_t n = 33, in = 40;
+            const Tensor x = uniform({n, in}, dt, -1, 1), w = uniform({features, in}, dt, -0.3, 0.3);
+            const Tensor b = with_bias ? uniform({features}, dt, -0.5, 0.5) : Tensor();
+            const auto z = ref_linear(x, w, b);
+            std::vector<double> y = z;
+            for (auto& v : y) v = act_ref(epi, v);
+            const Tensor xg = dev(x), wg = dev(w), bg = with_bias ? dev(b) : Tensor();
+
+            Tensor out = empty_cuda({n, features}, dt);
+            cops::linear_forward(xg, wg, bg, epi, out, Tensor());
+            HG_CHECK_CLOSE_TOL(out.cpu(), y, act_tol(epi, dt));
+            if (epi == E::None || epi == E::Bias) continue;
+
+            // With z saved for backward: contiguous, and with a padded leading dim (32: a multiple of 8)
+            for (int64_t ld : {features, int64_t{32}}) {
+              INFO("aux z with leading dim " << ld);
+              Tensor aux = padded_cuda(n, features, ld, dt);
+              Tensor out2 = empty_cuda({n, features}, dt);
+              cops::linear_forward(xg, wg, bg, epi, out2, aux);
+              HG_CHECK_CLOSE_TOL(out2.cpu(), y, act_tol(epi, dt));
+              HG_CHECK_CLOSE(read_back(aux), z);
+            }
+            if (epi == E::BiasRelu && fused) {
+              INFO("ReLU mask");
+              Tensor mask = cops::make_relu_mask(n, features, kCuda);
+              Tensor out3 = empty_cuda({n, features}, dt);
+              cops::linear_forward(xg, wg, bg, epi, out3, mask);
+              HG_CHECK_CLOSE(out3.cpu(), y);
+            }
+          }
+}
+
+TEST_CASE("cuda linear_forward takes a transposed input and weight and a strided bias", "[cuda][linear]") {
+  for (DType dt : kFloatDTypes) {
+    INFO(dname(dt));
+    const Pair x = operand(0, 17, 12, Layout::Transposed, dt), w = operand(0, 10, 12, Layout::Transposed, dt);
+    const Tensor bias_base = uniform({20}, dt);
+    const Tensor bias = hg::alias_with(bias_base, {10}, {2}, 0);
+    const Tensor bias_gpu = hg::alias_with(dev(bias_base), {10}, {2}, 0);
+    Tensor out = empty_cuda({17, 10}, dt);
+    cops::linear_forward(x.gpu, w.gpu, bias_gpu, cops::Epilogue::BiasRelu, out, Tensor());
+    auto y = ref_linear(x.cpu, w.cpu, bias);
+    for (auto& v : y) v = v > 0 ? v : 0;
+    HG_CHECK_CLOSE(out.cpu(), y);
+  }
+}
+
+TEST_CASE("cuda linear_forward rejects mismatched aux buffers", "[cuda][linear]") {
+  using E = cops::Epilogue;
+  const Tensor x = dev(uniform({8, 6}, DType::Float32)), w = dev(uniform({5, 6}, DType::Float32));
+  Tensor out = empty_cuda({8, 5}, DType::Float32);
+  const Tensor mask = cops::make_relu_mask(8, 5, kCuda);
+  CHECK(mask.shape() == Shape{8, 16});  // 128 bits per row
+  REQUIRE_THROWS_AS(cops::linear_forward(x, w, Tensor(), E::BiasGelu, out, mask), hg::Error);
+  REQUIRE_THROWS_AS(cops::linear_forward(x, w, Tensor(), E::None, out, empty_cuda({8, 5}, DType::Float32)), hg::Error);
+  REQUIRE_THROWS_AS(cops::linear_forward(x, w, Tensor(), E::Bias, out, Tensor()), hg::Error);  // Bias needs a bias
+  REQUIRE_THROWS_AS(cops::linear_forward(x, w, Tensor(), E::BiasRelu, out, cops::make_relu_mask(7, 5, kCuda)),
+                    hg::Error);
+  REQUIRE_THROWS_AS(cops::linear_forward(x, w, Tensor(), E::BiasGelu, out, empty_cuda({8, 5}, DType::Float16)),
+                    hg::Error);
+  {
+    FusionGuard unfused(false);
+    REQUIRE_THROWS_WITH(cops::linear_forward(x, w, Tensor(), E::BiasRelu, out, mask), Catch::Contains("fusion"));
+  }
+  REQUIRE_THROWS_WITH(cops::activation_backward(E::BiasRelu, out, mask, out), Catch::Contains("mask"));
+}
+
+// =============================================================================================
+// linear_backward_epilogue
+
+TEST_CASE("cuda linear backward gives dx, dw and db in every dtype, fused and unfused", "[cuda][linear][backward]") {
+  using E = cops::Epilogue;
+  for (DType dt : kFloatDTypes)
+    for (bool fused : {true, false})
+      for (E epi : {E::None, E::BiasRelu, E::BiasGelu, E::BiasGeluTanh})
+        for (bool with_bias : {true, false}) {
+          INFO(dname(dt) << (fused ? " fused " : " unfused ") << epi_name(epi) << (with_bias ? " bias" : " no bias"));
+          FusionGuard fusion(fused);
+          const int64_t n = 45, in = 28, features = 24;
+          const Tensor x = uniform({n, in}, dt, -1, 1), w = uniform({features, in}, dt, -0.3, 0.3);
+          const Tensor b = with_bias ? uniform({features}, dt, -0.5, 0.5) : Tensor();
+          const Tensor g = uniform({n, features}, dt, -1, 1);
+          const Tensor xg = dev(x), wg = dev(w), gg = dev(g);
+
+          // Forward on the device, keeping what backward needs (y for ReLU, z for the GELUs).
+          Tensor y = empty_cuda({n, features}, dt);
+          Tensor z = epi == E::BiasGelu || epi == E::BiasGeluTanh ? empty_cuda({n, features}, dt) : Tensor();
+          cops::linear_forward(xg, wg, with_bias ? dev(b) : Tensor(), epi, y, z);
+          const Tensor saved = epi == E::BiasRelu ? y : z;
+
+          Tensor dx = empty_cuda({n, in}, dt), dw = empty_cuda({features, in}, dt);
+          Tensor db = with_bias ? empty_cuda({features}, dt) : Tensor();
+          cops::linear_backward_epilogue(gg, xg, wg, epi, saved, dx, dw, db);
+
+          // Reference from the saved tensor the device used (its own rounding of z or y).
+          const auto gv = values(g), sv = saved.defined() ? values(saved.cpu()) : std::vector<double>();
+          std::vector<double> gz(gv.size());
+          for (size_t i = 0; i < gv.size(); ++i) gz[i] = gv[i] * (saved.defined() ? act_grad_ref(epi, sv[i]) : 1.0);
+          HG_CHECK_CLOSE(dx.cpu(), matmul2d(gz, values(w), n, features, in));
+          HG_CHECK_CLOSE(dw.cpu(), ref_tn(gz, values(x), n, features, in));
+          if (with_bias) HG_CHECK_CLOSE(db.cpu(), col_sums(gz, n, features));
+        }
+}
+
+TEST_CASE("cuda linear backward skips undefined gradients and handles a strided incoming gradient",
+          "[cuda][linear][backward]") {
+  for (DType dt : {DType::Float32, DType::Float16}) {
+    INFO(dname(dt));
+    const int64_t n = 16, in = 8, features = 12;
+    const Tensor x = uniform({n, in}, dt), w = uniform({features, in}, dt);
+    const Pair g = operand(0, n, features, Layout::Transposed, dt);  // e.g. from a transpose's backward
+    Tensor dw = empty_cuda({features, in}, dt), db = empty_cuda({features}, dt);
+    cops::linear_backward_epilogue(g.gpu, dev(x), dev(w), cops::Epilogue::None, Tensor(), Tensor(), dw, db);
+    const auto gv = values(g.cpu);
+    HG_CHECK_CLOSE(dw.cpu(), ref_tn(gv, values(x), n, features, in));
+    HG_CHECK_CLOSE(db.cpu(), col_sums(gv, n, features));
+    Tensor dx = empty_cuda({n, in}, dt);
+    cops::linear_backward_epilogue(g.gpu, dev(x), dev(w), cops::Epilogue::None, Tensor(), dx, Tensor(), Tensor());
+    HG_CHECK_CLOSE(dx.cpu(), matmul2d(gv, values(w), n, features, in));
+  }
+}
+
+// Two layers, h = act(x W1^T + b1), y = h W2^T + b2: layer 2's backward hands
+// layer 1's dReLU/dGELU and bias gradient to the epilogue of its dx GEMM.
+TEST_CASE("cuda chain fusion: the next layer's dx GEMM applies dReLU or dGELU and reduces db",
+          "[cuda][linear][backward]") {
+  using E = cops::Epilogue;
+  struct Variant {
+    const char* name;
+    E epi;
+    bool mask;  // ReLU: save cuBLASLt's bit mask (else y); GELUs always save z
+  };
+  for (DType dt : kFloatDTypes)
+    for (bool fused : {true, false})
+      for (const Variant& v : {Variant{"relu mask", E::BiasRelu, true}, Variant{"relu output", E::BiasRelu, false},
+                               Variant{"gelu tanh", E::BiasGeluTanh, false}, Variant{"gelu exact", E::BiasGelu, false}}) {
+        if (v.mask && !fused) continue;  // the mask exists only with fusion
+        INFO(dname(dt) << (fused ? " fused " : " unfused ") << v.name);
+        FusionGuard fusion(fused);
+        const int64_t n = 40, in = 24, hidden = 32, out = 16;
+        const Tensor x = uniform({n, in}, dt, -1, 1), w1 = uniform({hidden, in}, dt, -0.3, 0.3);
+        const Tensor b1 = uniform({hidden}, dt, -0.5, 0.5), w2 = uniform({out, hidden}, dt, -0.3, 0.3);
+        const Tensor g = uniform({n, out}, dt, -1, 1);
+        const Tensor xg = dev(x), w1g = dev(w1), w2g = dev(w2);
+
+        Tensor h = empty_cuda({n, hidden}, dt);
+        Tensor aux = v.mask ? cops::make_relu_mask(n, hidden, kCuda)
+                            : (v.epi == E::BiasRelu ? Tensor() : empty_cuda({n, hidden}, dt));
+        cops::linear_forward(xg, w1g, dev(b1), v.epi, h, aux);
+        const Tensor saved = v.mask ? aux : (v.epi == E::BiasRelu ? h : aux);
+
+        Tensor dz1 = empty_cuda({n, hidden}, dt), dw2 = empty_cuda({out, hidden}, dt);
+        Tensor db2 = empty_cuda({out}, dt), db1 = empty_cuda({hidden}, dt);
+        cops::linear_backward_epilogue(dev(g), h, w2g, E::None, Tensor(), dz1, dw2, db2,
+                                       cops::InputActivation{v.epi, saved, db1});
+
+        // Reference: dh = g W2, dz1 = dh * act'(.) from what the device saved (or h for the mask).
+        const auto hv = values(h.cpu());
+        const auto sv = v.epi == E::BiasRelu ? hv : values(aux.cpu());
+        auto dz = matmul2d(values(g), values(w2), n, out, hidden);
+        for (size_t i = 0; i < dz.size(); ++i) dz[i] *= act_grad_ref(v.epi, sv[i]);
+        // (cuBLASLt's DGELU may use the hardware tanh: act_tol)
+        HG_CHECK_CLOSE_TOL(dz1.cpu(), dz, act_tol(v.epi, dt));
+        HG_CHECK_CLOSE_TOL(db1.cpu(), col_sums(dz, n, hidden), act_tol(v.epi, dt));
+        HG_CHECK_CLOSE(dw2.cpu(), ref_tn(values(g), hv, n, out, hidden));
+        HG_CHECK_CLOSE(db2.cpu(), col_sums(values(g), n, out));
+
+        // Then layer 1's own weight gradient from dz1, as the chain would continue.
+        Tensor dw1 = empty_cuda({hidden, in}, dt);
+        cops::linear_backward_epilogue(dz1, xg, w1g, E::None, Tensor(), Tensor(), dw1, Tensor());
+        HG_CHECK_CLOSE(dw1.cpu(), ref_tn(values(dz1.cpu()), values(x), n, hidden, in));
+      }
+}
+
+// =============================================================================================
+// The public API on CUDA against the CPU backend (needs kernels::gemm wired to cuda_ops::gemm)
+
+namespace {
+// CUDA result vs the same op on the CPU, relative error within the dtype's tolerance.
+void check_like_cpu(const Tensor& gpu, const Tensor& cpu_result) {
+  REQUIRE(gpu.device().is_cuda());
+  CHECK(gpu.dtype() == cpu_result.dtype());
+  CHECK(gpu.shape() == cpu_result.shape());
+  HG_CHECK_CLOSE_TOL(gpu.cpu(), values(cpu_result), 2 * tol(cpu_result.dtype()));  // both sides round
+}
+}  // namespace
+
+TEST_CASE("cuda mm bmm matmul addmm and linear match the CPU backend", "[cuda][gemm][ops]") {
+  for (DType dt : kFloatDTypes) {
+    INFO(dname(dt));
+    const Tensor a = uniform({13, 20}, dt), b = uniform({20, 11}, dt);
+    check_like_cpu(hg::mm(dev(a), dev(b)), hg::mm(a, b));
+    const Tensor at = uniform({20, 13}, dt), bt = uniform({11, 20}, dt);
+    check_like_cpu(hg::mm(dev(at).t(), dev(bt).t()), hg::mm(at.t(), bt.t()));  // transposed operands, no copy
+
+    const Tensor a3 = uniform({4, 13, 20}, dt), b3 = uniform({4, 20, 11}, dt);
+    check_like_cpu(hg::bmm(dev(a3), dev(b3)), hg::bmm(a3, b3));
+    check_like_cpu(hg::bmm(dev(a3), dev(b3).transpose(1, 2).contiguous().transpose(1, 2)), hg::bmm(a3, b3));
+
+    // matmul broadcasting: [3, 13, 20] @ [20, 11] shares b across the batch (stride 0)
+    const Tensor a4 = uniform({3, 13, 20}, dt);
+    check_like_cpu(hg::matmul(dev(a4), dev(b)), hg::matmul(a4, b));
+    const Tensor v = uniform({20}, dt);
+    check_like_cpu(hg::matmul(dev(a), dev(v)), hg::matmul(a, v));
+
+    const Tensor bias = uniform({11}, dt);
+    check_like_cpu(hg::addmm(dev(bias), dev(a), dev(b)), hg::addmm(bias, a, b));  // beta = 1
+    check_like_cpu(hg::addmm(dev(bias), dev(a), dev(b), 0.5, 2.0), hg::addmm(bias, a, b, 0.5, 2.0));
+
+    const Tensor x = uniform({2, 5, 20}, dt), w = uniform({11, 20}, dt);
+    check_like_cpu(hg::linear(dev(x), dev(w), dev(bias)), hg::linear(x, w, bias));
+    check_like_cpu(hg::linear(dev(x), dev(w)), hg::linear(x, w));
+  }
+}
+
+TEST_CASE("cuda linear with ReLU or GELU and its gradients match the CPU backend", "[cuda][linear][ops][backward]") {
+  for (DType dt : kFloatDTypes)
+    for (auto act : {hg::Activation::None, hg::Activation::ReLU, hg::Activation::GELU}) {
+      INFO(dname(dt) << " activation " << static_cast<int>(act));
+      const Tensor x = uniform({6, 16}, dt, -1, 1), w = uniform({8, 16}, dt, -0.5, 0.5), b = uniform({8}, dt);
+      const Tensor g = uniform({6, 8}, dt);
+      Tensor xc = x.clone().requires_grad_(), wc = w.clone().requires_grad_(), bc = b.clone().requires_grad_();
+      Tensor xd = dev(x).requires_grad_(), wd = dev(w).requires_grad_(), bd = dev(b).requires_grad_();
+      const Tensor yc = hg::linear(xc, wc, bc, act), yd = hg::linear(xd, wd, bd, act);
+      check_like_cpu(yd, yc);
+      yc.backward(g);
+      yd.backward(dev(g));
+      check_like_cpu(xd.grad(), xc.grad());
+      check_like_cpu(wd.grad(), wc.grad());
+      check_like_cpu(bd.grad(), bc.grad());
+    }
+}
+
+#endif  // HALFGRAD_WITH_CUDA
