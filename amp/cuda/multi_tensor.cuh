@@ -45,7 +45,7 @@ struct alignas(16) Pack {
 
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-inline cudaStream_t stream() { return static_cast<cudaStream_t>(cuda::current_stream()); }
+using cuda::stream;
 
 #if defined(__CUDACC__)
 // The tensor of this block: the last t with chunk_begin[t] <= blockIdx.x.

@@ -10,6 +10,7 @@
 // builds, and format strings are still checked at compile time.
 #include <cuda_runtime.h>
 
+#include "core/cuda/runtime.h"
 #include "core/error.h"
 
 namespace halfgrad::cuda::detail {
@@ -32,3 +33,32 @@ namespace halfgrad::cuda::detail {
     if (hg_cuda_err_ != cudaSuccess)                                                       \
       ::halfgrad::cuda::detail::throw_cuda_error(hg_cuda_err_, #call, __FILE__, __LINE__); \
   } while (0)
+
+namespace halfgrad::cuda {
+
+// The stream every halfgrad kernel is queued on (cuda::current_stream()).
+inline cudaStream_t stream() { return static_cast<cudaStream_t>(current_stream()); }
+
+// Makes `device` current for a scope and puts the caller's device back
+// (kernels launch on the current device).
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    HG_CUDA_CHECK(cudaGetDevice(&prev_));
+    if (prev_ != device) {
+      HG_CUDA_CHECK(cudaSetDevice(device));
+      switched_ = true;
+    }
+  }
+  ~DeviceGuard() {
+    if (switched_) cudaSetDevice(prev_);  // a destructor must not throw
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int prev_ = 0;
+  bool switched_ = false;
+};
+
+}  // namespace halfgrad::cuda

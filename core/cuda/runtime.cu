@@ -23,28 +23,7 @@ namespace {
 // every other blocking stream on the device: slow-ish but always correct.
 thread_local cudaStream_t t_stream = nullptr;
 
-cudaStream_t stream() { return t_stream; }
 
-// Makes `device` current for a scope and puts the caller's device back.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    HG_CUDA_CHECK(cudaGetDevice(&prev_));
-    if (prev_ != device) {
-      HG_CUDA_CHECK(cudaSetDevice(device));
-      switched_ = true;
-    }
-  }
-  ~DeviceGuard() {
-    if (switched_) cudaSetDevice(prev_);  // a destructor must not throw
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int prev_ = 0;
-  bool switched_ = false;
-};
 
 void check_device(int device, const char* op) {
   HG_CHECK(is_available(),

@@ -41,28 +41,9 @@ std::atomic<bool> g_fusion{true};
 // ============================================================================================
 // Device, stream, handle, workspace
 
-cudaStream_t stream() { return static_cast<cudaStream_t>(cuda::current_stream()); }
 
-// Makes `device` current for a scope and puts the caller's device back.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    HG_CUDA_CHECK(cudaGetDevice(&prev_));
-    if (prev_ != device) {
-      HG_CUDA_CHECK(cudaSetDevice(device));
-      switched_ = true;
-    }
-  }
-  ~DeviceGuard() {
-    if (switched_) cudaSetDevice(prev_);  // a destructor must not throw
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int prev_ = 0;
-  bool switched_ = false;
-};
+using cuda::DeviceGuard;
+using cuda::stream;
 
 // The first GEMM on a stream may come while that stream is being captured
 // into a CUDA graph (a captured training step whose warm-up ran on another

@@ -40,31 +40,9 @@ namespace halfgrad::cuda_ops {
 constexpr int kMaxDims = 8;    // merged dims the strided kernel handles
 constexpr int kThreads = 256;  // threads per block of the 1-d kernels
 
-// The stream every halfgrad kernel is queued on.
-inline cudaStream_t stream() { return static_cast<cudaStream_t>(cuda::current_stream()); }
+using cuda::stream;  // the stream every halfgrad kernel is queued on
 
-// Makes the tensors' device current for the scope (kernels launch on the
-// current device; with the legacy default stream a wrong device would be a
-// silent cross-device access or a launch error).
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    HG_CUDA_CHECK(cudaGetDevice(&prev_));
-    if (prev_ != device) {
-      HG_CUDA_CHECK(cudaSetDevice(device));
-      switched_ = true;
-    }
-  }
-  ~DeviceGuard() {
-    if (switched_) cudaSetDevice(prev_);  // a destructor must not throw
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int prev_ = 0;
-  bool switched_ = false;
-};
+using cuda::DeviceGuard;
 
 // Every tensor must live on the same CUDA device as the first; returns it.
 inline int common_device(const char* op, std::initializer_list<const Tensor*> ts) {
