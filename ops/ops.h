@@ -2,6 +2,8 @@
 // The public functional API (PyTorch's torch.* / torch.nn.functional.*).
 // Every function here goes through dispatch::call (ops/dispatch.h).
 #include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/random.h"
@@ -91,6 +93,13 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 // activation in its epilogue (ops "linear_relu", "linear_gelu").
 using Activation = kernels::Activation;
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation activation);
+
+// PyTorch's torch.set_float32_matmul_precision: "highest" (the default) keeps
+// float32 GEMMs exact; "high" or "medium" let CUDA use TF32 tensor cores
+// (~1e-3 relative error). Process-wide; the CPU GEMM is always exact.
+void set_float32_matmul_precision(std::string_view precision);
+std::string get_float32_matmul_precision();
+bool float32_matmul_allows_tf32();
 
 // ---- activations and losses (torch.nn.functional) ----------------------------------
 enum class Reduction { Mean, Sum, None };

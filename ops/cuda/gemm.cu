@@ -26,6 +26,7 @@
 #include "ops/cuda/cublas_check.h"
 #include "ops/cuda/cuda_kernels.h"
 #include "ops/cuda/gemm.h"
+#include "ops/ops.h"
 #include "ops/math.h"
 
 namespace halfgrad::cuda_ops {
@@ -34,8 +35,6 @@ namespace {
 // ============================================================================================
 // Settings
 
-enum class Precision : int { Highest = 0, High = 1, Medium = 2 };
-std::atomic<int> g_precision{static_cast<int>(Precision::Highest)};
 std::atomic<bool> g_fusion{true};
 
 // ============================================================================================
@@ -137,7 +136,7 @@ cudaDataType cuda_dtype(DType t) {
 
 cublasComputeType_t compute_type(DType t) {
   if (t == DType::Float64) return CUBLAS_COMPUTE_64F;
-  if (t == DType::Float32 && g_precision.load(std::memory_order_relaxed) != static_cast<int>(Precision::Highest))
+  if (t == DType::Float32 && float32_matmul_allows_tf32())
     return CUBLAS_COMPUTE_32F_FAST_TF32;
   return CUBLAS_COMPUTE_32F;  // float32 exact; float16/bfloat16 inputs with float32 accumulation
 }
@@ -1000,27 +999,6 @@ void linear_backward_epilogue(const Tensor& grad, const Tensor& x2, const Tensor
     act_backward_pass(in_act, grad_x, input.saved, grad_x);
     if (input.grad_bias.defined()) sum_rows(grad_x, input.grad_bias);
   }
-}
-
-void set_float32_matmul_precision(std::string_view precision) {
-  Precision p;
-  if (precision == "highest") p = Precision::Highest;
-  else if (precision == "high") p = Precision::High;
-  else if (precision == "medium") p = Precision::Medium;
-  else
-    fail("set_float32_matmul_precision: unknown precision '{}'; expected 'highest' (exact float32, the default), "
-         "'high' (TF32 tensor cores) or 'medium' (same as 'high' on CUDA)",
-         precision);
-  g_precision.store(static_cast<int>(p), std::memory_order_relaxed);
-}
-
-std::string get_float32_matmul_precision() {
-  switch (static_cast<Precision>(g_precision.load(std::memory_order_relaxed))) {
-    case Precision::High: return "high";
-    case Precision::Medium: return "medium";
-    case Precision::Highest: break;
-  }
-  return "highest";
 }
 
 void set_epilogue_fusion(bool enabled) { g_fusion.store(enabled, std::memory_order_relaxed); }

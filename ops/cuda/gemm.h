@@ -122,13 +122,8 @@ void linear_backward_epilogue(const Tensor& grad, const Tensor& x2, const Tensor
 void activation_backward(Epilogue epi, const Tensor& grad_y, const Tensor& saved, const Tensor& grad_z);
 
 // ---- settings ---------------------------------------------------------------------------
-// PyTorch's torch.set_float32_matmul_precision for CUDA float32 GEMMs:
-// "highest" (the default): exact float32 (CUBLAS_COMPUTE_32F);
-// "high": TF32 tensor cores allowed (CUBLAS_COMPUTE_32F_FAST_TF32, ~1e-3 relative error);
-// "medium": as "high" (on CUDA PyTorch also uses TF32 for it).
-// Anything else is an Error. Process-wide, thread-safe; takes effect at the next GEMM.
-void set_float32_matmul_precision(std::string_view precision);
-std::string get_float32_matmul_precision();
+// float32 GEMMs use TF32 (CUBLAS_COMPUTE_32F_FAST_TF32) only when the user
+// opted in with halfgrad::set_float32_matmul_precision("high") (ops/ops.h).
 
 // Whether fused cuBLASLt epilogues are used (default true). false runs every
 // epilogue as a plain GEMM plus elementwise passes: for tests (both paths must

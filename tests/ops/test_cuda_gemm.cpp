@@ -31,8 +31,8 @@ Tensor dev(const Tensor& t) { return t.to(kCuda); }
 
 // Settings are process-wide: every test puts them back.
 struct PrecisionGuard {
-  std::string saved = cops::get_float32_matmul_precision();
-  ~PrecisionGuard() { cops::set_float32_matmul_precision(saved); }
+  std::string saved = hg::get_float32_matmul_precision();
+  ~PrecisionGuard() { hg::set_float32_matmul_precision(saved); }
 };
 struct FusionGuard {
   bool saved = cops::epilogue_fusion();
@@ -205,16 +205,16 @@ Tensor read_back(const Tensor& view) {  // any device view whose storage starts 
 
 TEST_CASE("float32 matmul precision takes PyTorch's names and rejects others", "[gemm]") {
   PrecisionGuard guard;
-  CHECK(cops::get_float32_matmul_precision() == "highest");  // the default: exact float32
-  cops::set_float32_matmul_precision("high");
-  CHECK(cops::get_float32_matmul_precision() == "high");
-  cops::set_float32_matmul_precision("medium");
-  CHECK(cops::get_float32_matmul_precision() == "medium");
-  cops::set_float32_matmul_precision("highest");
-  CHECK(cops::get_float32_matmul_precision() == "highest");
-  REQUIRE_THROWS_AS(cops::set_float32_matmul_precision("tf32"), hg::Error);
-  REQUIRE_THROWS_WITH(cops::set_float32_matmul_precision("fast"), Catch::Contains("highest"));
-  CHECK(cops::get_float32_matmul_precision() == "highest");  // a rejected name changes nothing
+  CHECK(hg::get_float32_matmul_precision() == "highest");  // the default: exact float32
+  hg::set_float32_matmul_precision("high");
+  CHECK(hg::get_float32_matmul_precision() == "high");
+  hg::set_float32_matmul_precision("medium");
+  CHECK(hg::get_float32_matmul_precision() == "medium");
+  hg::set_float32_matmul_precision("highest");
+  CHECK(hg::get_float32_matmul_precision() == "highest");
+  REQUIRE_THROWS_AS(hg::set_float32_matmul_precision("tf32"), hg::Error);
+  REQUIRE_THROWS_WITH(hg::set_float32_matmul_precision("fast"), Catch::Contains("highest"));
+  CHECK(hg::get_float32_matmul_precision() == "highest");  // a rejected name changes nothing
 }
 
 // =============================================================================================
@@ -312,18 +312,18 @@ TEST_CASE("cuda float32 gemm is exact float32 by default and uses TF32 only when
   const Pair b = operand(0, 512, 192, Layout::Transposed, DType::Float32);
   const auto ref = ref_gemm(a.cpu, b.cpu);
   Tensor out = empty_cuda({256, 192}, DType::Float32);
-  REQUIRE(cops::get_float32_matmul_precision() == "highest");
+  REQUIRE(hg::get_float32_matmul_precision() == "highest");
   cops::gemm(a.gpu, b.gpu, out, Tensor(), 0.f);
   HG_CHECK_CLOSE_TOL(out.cpu(), ref, 1e-5);  // TF32 would be ~1e-4..1e-3 here
 
-  cops::set_float32_matmul_precision("high");
+  hg::set_float32_matmul_precision("high");
   cops::gemm(a.gpu, b.gpu, out, Tensor(), 0.f);
   const Compare tf32 = compare(out.cpu(), ref, 5e-3);
   INFO(tf32.msg);
   CHECK(tf32.ok);           // TF32 is still close
   CHECK(tf32.err > 1e-6);   // and really was used (10-bit mantissas): on sm_80+ this size runs on tensor cores
 
-  cops::set_float32_matmul_precision("highest");  // and back: exact again (the plan cache keys on it)
+  hg::set_float32_matmul_precision("highest");  // and back: exact again (the plan cache keys on it)
   cops::gemm(a.gpu, b.gpu, out, Tensor(), 0.f);
   HG_CHECK_CLOSE_TOL(out.cpu(), ref, 1e-5);
 }
