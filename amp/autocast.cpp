@@ -55,7 +55,7 @@ void emit(const std::string& line) {
 
 // PyTorch's is_eligible: floating, not float64, on the region's device type.
 bool eligible(const Tensor& t, DeviceType device) {
-  return t.defined() && is_floating(t.dtype()) && t.dtype() != DType::Float64 && t.device().type == device;
+  return t.defined() && is_floating(t.dtype()) && t.dtype() != DType::Float64 && t.device().type() == device;
 }
 
 enum class CacheUse { None, Hit, Miss };
@@ -129,7 +129,7 @@ void autocast_inputs(std::string_view op, std::vector<Tensor>& inputs) {
       first = &t;
       break;
     }
-  const DeviceType device = first ? first->device().type : DeviceType::CPU;
+  const DeviceType device = first ? first->device().type() : DeviceType::CPU;
   const DeviceState& s = device_state(device);
   const std::optional<CastPolicy> policy = s.enabled ? lookup_policy(device, op) : std::nullopt;
   const std::string before = tracing ? dtype_list(inputs) : std::string();

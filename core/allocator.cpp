@@ -10,7 +10,7 @@ namespace halfgrad {
 namespace {
 void* allocate_bytes(size_t nbytes, Device device) {
   if (nbytes == 0) return nullptr;
-  if (device.is_cuda()) return cuda::allocate(nbytes, device.index);
+  if (device.is_cuda()) return cuda::allocate(nbytes, device.index());
   const size_t rounded = (nbytes + 63) / 64 * 64;  // aligned_alloc wants a multiple of the alignment
   void* p = std::aligned_alloc(64, rounded);
   HG_CHECK(p != nullptr, "allocate: out of host memory asking for {} bytes", nbytes);
@@ -23,7 +23,7 @@ Storage::Storage(size_t n, Device d) : data(allocate_bytes(n, d)), nbytes(n), de
 Storage::~Storage() {
   if (!data) return;
   if (device.is_cuda()) {
-    cuda::release(data, device.index);
+    cuda::release(data, device.index());
   } else {
     std::free(data);
   }

@@ -11,7 +11,7 @@ namespace halfgrad {
 std::string_view device_type_name(DeviceType t) { return t == DeviceType::CPU ? "cpu" : "cuda"; }
 
 std::string Device::str() const {
-  return is_cpu() ? std::string("cpu") : fmt::format("cuda:{}", index);
+  return is_cpu() ? std::string("cpu") : fmt::format("cuda:{}", index_);
 }
 
 Device Device::parse(std::string_view text) {

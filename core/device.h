@@ -8,19 +8,25 @@ namespace halfgrad {
 
 enum class DeviceType : uint8_t { CPU, CUDA };
 
-struct Device {
-  DeviceType type = DeviceType::CPU;
-  int index = 0;  // CUDA ordinal; always 0 for the CPU
-
+class Device {
+ public:
+  Device() = default;
+  Device(DeviceType type, int index) : type_(type), index_(type == DeviceType::CPU ? 0 : index) {}
   static Device cpu() { return {DeviceType::CPU, 0}; }
   static Device cuda(int index = 0) { return {DeviceType::CUDA, index}; }
   // "cpu", "cuda", "cuda:1"; anything else is an Error.
   static Device parse(std::string_view text);
 
-  bool is_cpu() const { return type == DeviceType::CPU; }
-  bool is_cuda() const { return type == DeviceType::CUDA; }
+  DeviceType type() const { return type_; }  // what autocast regions are keyed by
+  int index() const { return index_; }       // CUDA ordinal; always 0 for the CPU
+  bool is_cpu() const { return type_ == DeviceType::CPU; }
+  bool is_cuda() const { return type_ == DeviceType::CUDA; }
   std::string str() const;
   bool operator==(const Device&) const = default;
+
+ private:
+  DeviceType type_ = DeviceType::CPU;
+  int index_ = 0;
 };
 
 std::string_view device_type_name(DeviceType t);

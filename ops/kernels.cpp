@@ -50,7 +50,7 @@ void copy(const Tensor& dst, const Tensor& src) {
   if (dst.numel() == 0) return;
   // Between host and device: bytes move contiguously in one dtype; a cast or
   // a strided layout is done on the side that has the data.
-  const int device = dst.device().is_cuda() ? dst.device().index : src.device().index;
+  const int device = dst.device().is_cuda() ? dst.device().index() : src.device().index();
   if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
     cuda::copy_bytes(dst.data_ptr(), dst.device().is_cuda(), src.data_ptr(), src.device().is_cuda(),
                      static_cast<size_t>(src.numel()) * itemsize(src.dtype()), device);

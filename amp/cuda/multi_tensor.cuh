@@ -61,27 +61,7 @@ __device__ __forceinline__ int find_tensor(const int32_t* chunk_begin, int count
 }
 #endif
 
-// Makes `device` current for a scope (kernels launch on the current device)
-// and puts the caller's device back.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    HG_CUDA_CHECK(cudaGetDevice(&prev_));
-    if (prev_ != device) {
-      HG_CUDA_CHECK(cudaSetDevice(device));
-      switched_ = true;
-    }
-  }
-  ~DeviceGuard() {
-    if (switched_) cudaSetDevice(prev_);  // a destructor must not throw
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int prev_ = 0;
-  bool switched_ = false;
-};
+using cuda::DeviceGuard;
 
 // Packs tensors 0..n-1 into `args` launch by launch. `Args` has
 // `int32_t chunk_begin[MaxTensors + 1]` and `int32_t count`.

@@ -156,7 +156,7 @@ void unscale_and_check(const std::vector<Tensor>& grads, const Tensor& found_inf
   }
   if (list.empty()) return;
 
-  cuda_mt::DeviceGuard guard(found_inf.device().index);
+  cuda_mt::DeviceGuard guard(found_inf.device().index());
   UnscaleArgs args{};
   args.found_inf = static_cast<float*>(found_inf.data_ptr());
   args.inv_scale = inv_scale.defined() ? static_cast<const float*>(inv_scale.data_ptr()) : nullptr;
@@ -185,7 +185,7 @@ void update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tenso
   check_scalar(op, "found_inf", found_inf, DType::Float32);
   check_same_device(op, growth_tracker, scale);
   check_same_device(op, found_inf, scale);
-  cuda_mt::DeviceGuard guard(scale.device().index);
+  cuda_mt::DeviceGuard guard(scale.device().index());
   update_scale_kernel<<<1, 1, 0, cuda_mt::stream()>>>(
       static_cast<float*>(scale.data_ptr()), static_cast<int64_t*>(growth_tracker.data_ptr()),
       static_cast<const float*>(found_inf.data_ptr()), static_cast<float>(growth_factor),
@@ -200,7 +200,7 @@ void reciprocal_scale(const Tensor& scale, const Tensor& out) {
   check_scalar(op, "the scale", scale, DType::Float32);
   check_scalar(op, "the output", out, DType::Float32);
   check_same_device(op, out, scale);
-  cuda_mt::DeviceGuard guard(scale.device().index);
+  cuda_mt::DeviceGuard guard(scale.device().index());
   reciprocal_scale_kernel<<<1, 1, 0, cuda_mt::stream()>>>(static_cast<const float*>(scale.data_ptr()),
                                                           static_cast<float*>(out.data_ptr()));
   HG_CUDA_CHECK(cudaGetLastError());

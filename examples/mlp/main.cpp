@@ -89,7 +89,7 @@ int main(int argc, char** argv) try {
     if (args.trace && epoch == 0) trace.emplace();
     hg::Tensor outputs, loss;
     {
-      hg::amp::autocast region(device.type, args.dtype, /*enabled=*/args.amp);  // `with autocast():`
+      hg::amp::autocast region(device.type(), args.dtype, /*enabled=*/args.amp);  // `with autocast():`
       outputs = model.forward(inputs);
       loss = criterion(outputs, targets);
     }

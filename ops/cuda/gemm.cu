@@ -587,7 +587,7 @@ constexpr int64_t kInt32Max = 2147483647;
 Call make_call(const char* op, const Tensor& a_in, const Tensor& b_in, const Tensor& out) {
   Call c;
   c.op = op;
-  c.device = out.device().index;
+  c.device = out.device().index();
   c.dtype = out.dtype();
   const int nd = static_cast<int>(out.dim());
   c.batch = nd == 3 ? out.shape()[0] : 1;
@@ -763,7 +763,7 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bia
     check_cuda(op, "bias", bias, out);
     check_shape(op, "bias", bias, {n});
   }
-  DeviceGuard guard(out.device().index);
+  DeviceGuard guard(out.device().index());
   gemm_impl(op, a, b, out, bias, beta);
 }
 
@@ -812,7 +812,7 @@ void linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias_in, Ep
            op);
   if (out.numel() == 0) return;
 
-  DeviceGuard guard(out.device().index);
+  DeviceGuard guard(out.device().index());
   const Tensor bias = contiguous_bias(bias_in);
   if (in == 0) {  // no products: y = act(bias)
     HG_CHECK(!mask, "{}: in_features == 0 with a ReLU mask is not supported; pass no aux", op);
@@ -877,7 +877,7 @@ void activation_backward(Epilogue epi, const Tensor& grad_y, const Tensor& saved
   const int64_t rows = grad_y.shape()[0], features = grad_y.shape()[1];
   check_cuda(op, "grad_z", grad_z, grad_y);
   check_shape(op, "grad_z", grad_z, grad_y.shape());
-  DeviceGuard guard(grad_y.device().index);
+  DeviceGuard guard(grad_y.device().index());
   if (act == Act::Identity) {
     if (!grad_z.is_same(grad_y)) cuda_ops::copy(grad_z, grad_y);
     return;
@@ -926,7 +926,7 @@ void linear_backward_epilogue(const Tensor& grad, const Tensor& x2, const Tensor
     else check_saved(op, "input.saved", input.saved, rows, in, grad);
     check_out("input.grad_bias", input.grad_bias, {in});
   }
-  DeviceGuard guard(grad.device().index);
+  DeviceGuard guard(grad.device().index());
   const bool fusion = g_fusion.load(std::memory_order_relaxed);
 
   // 1. gz = grad * act'(z)

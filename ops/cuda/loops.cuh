@@ -54,7 +54,7 @@ inline int common_device(const char* op, std::initializer_list<const Tensor*> ts
              "{}: tensors are on different devices ({} and {}); move them to one device with .to() first", op,
              first.describe(), t->describe());
   }
-  return first.device().index;
+  return first.device().index();
 }
 
 // Streaming multiprocessors per device (cached): sizes grids so one wave

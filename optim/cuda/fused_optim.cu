@@ -244,7 +244,7 @@ void sgd(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
     for (const Tensor& s : step_counts) scalar_ptr(op, "a step count", s, params[0].device());
   }
   const Device device = params[0].device();
-  cuda_mt::DeviceGuard guard(device.index);
+  cuda_mt::DeviceGuard guard(device.index());
   SGDArgs args{};
   args.h = h;
   args.found_inf = scalar_ptr(op, "found_inf", found_inf, device);
@@ -284,7 +284,7 @@ void adam(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, c
            params.size());
   const Device device = params[0].device();
   for (const Tensor& s : step_counts) scalar_ptr(op, "a step count", s, device);
-  cuda_mt::DeviceGuard guard(device.index);
+  cuda_mt::DeviceGuard guard(device.index());
   AdamArgs args{};
   args.h = config.hyper;
   args.lr = config.lr;
