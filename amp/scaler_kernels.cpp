@@ -2,6 +2,7 @@
 // kernels in amp/cuda/ (which never make the host wait).
 #include "amp/scaler_kernels.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -37,6 +38,14 @@ void require_device(const char* op, const Tensor& g, const Tensor& found_inf) {
 // Check and scale in one pass over a contiguous grad (AccumulateGrad makes
 // them so). `v - v` is 0 for every finite v and NaN for inf and NaN: a test
 // the compiler vectorises, unlike std::isfinite.
+// The float32 check alone (step() without unscale_: the optimizer unscales as
+// it updates), the hot case, compiled for AVX-512/AVX2 and picked at load time.
+__attribute__((target_clones("avx512f", "avx2", "default"))) int any_non_finite(const float* p, int64_t n) {
+  int bad = 0;
+  for (int64_t i = 0; i < n; ++i) bad |= (p[i] - p[i]) != 0.0f;
+  return bad;
+}
+
 template <typename T>
 bool unscale_one(const Tensor& g, float inv, bool apply) {
   T* p = static_cast<T*>(g.data_ptr());
@@ -49,6 +58,11 @@ bool unscale_one(const Tensor& g, float inv, bool apply) {
       bad |= (v - v) != 0.0f;
       p[i] = static_cast<T>(v * inv);
     }
+  } else if constexpr (std::is_same_v<T, float>) {
+    constexpr int64_t kChunk = 16384;
+    const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for reduction(| : bad) if (n > 65536)
+    for (int64_t c = 0; c < chunks; ++c) bad |= any_non_finite(p + c * kChunk, std::min(kChunk, n - c * kChunk));
   } else {
 #pragma omp parallel for simd reduction(| : bad) if (n > 65536)
     for (int64_t i = 0; i < n; ++i) {

@@ -38,6 +38,7 @@ struct Saved {
   std::string op;
   std::vector<SavedTensor> inputs;  // empty unless the op asked for them
   SavedTensor out;
+  std::vector<bool> needs_grad;     // per input: does anyone want its gradient? (PyTorch's needs_input_grad)
   const Tensor& input(size_t i) const;
   const Tensor& output() const { return out.get(op); }
 };

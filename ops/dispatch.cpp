@@ -47,6 +47,7 @@ Tensor call(std::string_view op, std::vector<Tensor> inputs, const Forward& forw
   node->backward = std::move(backward);
   for (const auto& t : inputs) {
     node->next.push_back(t.defined() && t.requires_grad() ? autograd::gradient_edge(t) : nullptr);
+    node->saved.needs_grad.push_back(node->next.back() != nullptr);
     node->input_meta.push_back(t.defined() ? autograd::InputMeta{t.shape(), t.dtype(), t.device()}
                                            : autograd::InputMeta{{}, DType::Float32, Device::cpu()});
     if (static_cast<unsigned>(save) & static_cast<unsigned>(Save::Inputs))

@@ -58,7 +58,7 @@ enum class Activation : uint8_t { None, ReLU, GELU };
 void linear_act(const Tensor& x2, const Tensor& w, const Tensor& bias, Activation act, const Tensor& out,
                 const Tensor& pre);
 // Its backward: gz = g * act'(.), then dx = gz @ w, dw = gz^T @ x2, db = sum(gz, 0)
-// (db undefined: no bias). `saved` is the output for ReLU, `pre` for GELU.
+// (each of dx, dw, db undefined: not wanted). `saved` is the output for ReLU, `pre` for GELU.
 void linear_act_backward(const Tensor& g, const Tensor& x2, const Tensor& w, Activation act, const Tensor& saved,
                          const Tensor& dx, const Tensor& dw, const Tensor& db);
 

@@ -50,7 +50,7 @@ Tensor mm(const Tensor& a, const Tensor& b) {
         return gemm_new(in[0], in[1], {in[0].shape()[0], in[1].shape()[1]});
       },
       [](const Saved& s, const Tensor& g) -> Grads {
-        return {mm(g, s.input(1).t()), mm(s.input(0).t(), g)};
+        return {s.needs_grad[0] ? mm(g, s.input(1).t()) : Tensor(), s.needs_grad[1] ? mm(s.input(0).t(), g) : Tensor()};
       },
       Save::Inputs);
 }
@@ -68,7 +68,8 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
         return gemm_new(in[0], in[1], {in[0].shape()[0], in[0].shape()[1], in[1].shape()[2]});
       },
       [](const Saved& s, const Tensor& g) -> Grads {
-        return {bmm(g, s.input(1).transpose(1, 2)), bmm(s.input(0).transpose(1, 2), g)};
+        return {s.needs_grad[0] ? bmm(g, s.input(1).transpose(1, 2)) : Tensor(),
+                s.needs_grad[1] ? bmm(s.input(0).transpose(1, 2), g) : Tensor()};
       },
       Save::Inputs);
 }
@@ -138,10 +139,12 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activat
         Tensor saved;
         if (act == Activation::ReLU) saved = s.output().reshape(g2.shape());
         if (act == Activation::GELU) saved = *pre;
-        Tensor dx = make_tensor(x2.shape(), g.options()), dw = make_tensor(w.shape(), g.options());
-        Tensor db = has_bias ? make_tensor({w.shape()[0]}, g.options()) : Tensor();
+        // only the gradients someone needs (the first layer's input needs none)
+        Tensor dx = s.needs_grad[0] ? make_tensor(x2.shape(), g.options()) : Tensor();
+        Tensor dw = s.needs_grad[1] ? make_tensor(w.shape(), g.options()) : Tensor();
+        Tensor db = has_bias && s.needs_grad[2] ? make_tensor({w.shape()[0]}, g.options()) : Tensor();
         kernels::linear_act_backward(g2, x2, gemm_operand(w), act, saved, dx, dw, db);
-        return {x.dim() == 2 ? dx : dx.view(x.shape()), dw, db};
+        return {dx.defined() && x.dim() != 2 ? dx.view(x.shape()) : dx, dw, db};
       },
       act == Activation::ReLU ? Save::Both : Save::Inputs);
 }

@@ -66,8 +66,8 @@ void linear_act_backward(const Tensor& g, const Tensor& x2, const Tensor& w, ker
       cpu::binary(kernels::BinaryOp::Mul, g, gz, gz, 1.0);
     }
   }
-  cpu::gemm(gz, w, dx, Tensor(), 0.f);
-  cpu::gemm(transposed(gz), x2, dw, Tensor(), 0.f);
+  if (dx.defined()) cpu::gemm(gz, w, dx, Tensor(), 0.f);
+  if (dw.defined()) cpu::gemm(transposed(gz), x2, dw, Tensor(), 0.f);
   if (db.defined()) cpu::reduce(kernels::ReduceOp::Sum, gz, {0}, alias_with(db, {1, db.numel()}, {db.numel(), 1}, db.offset()));
 }
 
