@@ -31,6 +31,8 @@
 #include "core/cuda/check.h"
 #endif
 
+#include "tutorial_mlp.h"
+
 namespace hg = halfgrad;
 using hg::amp::GradScaler;
 
@@ -585,14 +587,7 @@ void scaler_step_graph_matches_eager(const typename Opt::Options& options) {
   CHECK(scaler.state_dict() == scaler_eager);
 }
 
-struct MLP : hg::nn::Module {
-  hg::nn::Linear linear1{10, 100}, linear2{100, 10};
-  MLP() {
-    register_module("linear1", linear1);
-    register_module("linear2", linear2);
-  }
-  hg::Tensor forward(const hg::Tensor& x) { return linear2(hg::relu(linear1(x))); }
-};
+using hgtest::MLP;  // tests/tutorial_mlp.h
 
 }  // namespace
 

@@ -3,17 +3,12 @@
 
 #include <halfgrad.h>
 
+#include "tutorial_mlp.h"
+
 namespace hg = halfgrad;
 
 namespace {
-struct MLP : hg::nn::Module {
-  hg::nn::Linear linear1{10, 100}, linear2{100, 10};
-  MLP() {
-    register_module("linear1", linear1);
-    register_module("linear2", linear2);
-  }
-  hg::Tensor forward(const hg::Tensor& x) { return linear2(hg::relu(linear1(x))); }
-};
+using hgtest::MLP;  // tests/tutorial_mlp.h
 
 std::vector<float> train(int epochs, auto make_optimizer) {
   hg::manual_seed(0);

@@ -3,19 +3,14 @@
 
 #include <halfgrad.h>
 
+#include "tutorial_mlp.h"
+
 namespace hg = halfgrad;
 using Catch::Matchers::Contains;
 
 namespace {
 
-struct MLP : hg::nn::Module {
-  hg::nn::Linear linear1{10, 100}, linear2{100, 10};
-  MLP() {
-    register_module("linear1", linear1);
-    register_module("linear2", linear2);
-  }
-  hg::Tensor forward(const hg::Tensor& x) { return linear2(hg::relu(linear1(x))); }
-};
+using hgtest::MLP;  // tests/tutorial_mlp.h
 
 // Own parameter, a buffer, a member child and an owned child.
 struct Net : hg::nn::Module {
