@@ -118,13 +118,13 @@ void update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tenso
   int64_t& tracker = *static_cast<int64_t*>(growth_tracker.data_ptr());
   const float inf = *static_cast<const float*>(found_inf.data_ptr());
   if (inf != 0.0f) {
-    s *= static_cast<float>(backoff_factor);
+    s = static_cast<float>(static_cast<double>(s) * backoff_factor);  // in double, rounded once, as PyTorch
     tracker = 0;
     return;
   }
   const int64_t successful = tracker + 1;
   if (successful == growth_interval) {
-    const float grown = s * static_cast<float>(growth_factor);
+    const float grown = static_cast<float>(static_cast<double>(s) * growth_factor);
     if (std::isfinite(grown)) s = grown;
     tracker = 0;
   } else {

@@ -83,9 +83,10 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bia
 #if HALFGRAD_WITH_CUDA
 namespace {
 cuda_ops::Epilogue epilogue(Activation act) {
+  // None still adds the bias when there is one (and accepts none)
   return act == Activation::ReLU   ? cuda_ops::Epilogue::BiasRelu
          : act == Activation::GELU ? cuda_ops::Epilogue::BiasGelu
-                                   : cuda_ops::Epilogue::Bias;
+                                   : cuda_ops::Epilogue::None;
 }
 }  // namespace
 #endif

@@ -87,17 +87,20 @@ __global__ void __launch_bounds__(kThreads) unscale_and_check_kernel(const __gri
   if (__syncthreads_or(bad) && threadIdx.x == 0) *a.found_inf = 1.0f;
 }
 
-// _amp_update_scale_, one thread: the same float32 arithmetic as the CPU version.
-__global__ void update_scale_kernel(float* scale, int64_t* tracker, const float* found_inf, float growth_factor,
-                                    float backoff_factor, int64_t growth_interval) {
+// _amp_update_scale_, one thread. As in PyTorch the factors stay double: the
+// product float * double is formed in double and rounded to float32 once
+// (rounding a factor like 0.9 or 1.001 to float32 first can give another
+// scale; 2.0 and 0.5 are exact either way).
+__global__ void update_scale_kernel(float* scale, int64_t* tracker, const float* found_inf, double growth_factor,
+                                    double backoff_factor, int64_t growth_interval) {
   if (*found_inf != 0.0f) {
-    *scale = *scale * backoff_factor;
+    *scale = static_cast<float>(static_cast<double>(*scale) * backoff_factor);
     *tracker = 0;
     return;
   }
   const int64_t successful = *tracker + 1;
   if (successful == growth_interval) {
-    const float grown = *scale * growth_factor;
+    const float grown = static_cast<float>(static_cast<double>(*scale) * growth_factor);
     if (isfinite(grown)) *scale = grown;  // no growth past float32's range
     *tracker = 0;
   } else {
@@ -188,8 +191,7 @@ void update_scale(const Tensor& scale, const Tensor& growth_tracker, const Tenso
   cuda_mt::DeviceGuard guard(scale.device().index());
   update_scale_kernel<<<1, 1, 0, cuda_mt::stream()>>>(
       static_cast<float*>(scale.data_ptr()), static_cast<int64_t*>(growth_tracker.data_ptr()),
-      static_cast<const float*>(found_inf.data_ptr()), static_cast<float>(growth_factor),
-      static_cast<float>(backoff_factor), growth_interval);
+      static_cast<const float*>(found_inf.data_ptr()), growth_factor, backoff_factor, growth_interval);
   HG_CUDA_CHECK(cudaGetLastError());
   scale.bump_version();
   growth_tracker.bump_version();

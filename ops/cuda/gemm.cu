@@ -546,12 +546,18 @@ void act_backward_pass(Act act, const Tensor& grad, const Tensor& saved, const T
   HG_CUDA_CHECK(cudaGetLastError());
 }
 
-// out[j] = sum_i m[i, j] (m [N, F], out [F]) through the reduction kernels
-// (float32 accumulation). N == 0 gives zeros.
+// out[j] = sum_i m[i, j] (m [N, F], out [F], any stride) through the reduction
+// kernels (float32 accumulation). N == 0 gives zeros.
 void sum_rows(const Tensor& m, const Tensor& out) {
   if (m.shape()[0] == 0) return zero(out);
   const int64_t f = out.shape()[0];
-  const Tensor out2 = alias_with(out, {1, f}, {f * out.strides()[0], out.strides()[0]}, out.offset());
+  if (f > 1 && out.strides()[0] != 1) {  // the reduction writes contiguous outputs only
+    Tensor dense = make_tensor({f}, out.options());
+    sum_rows(m, dense);
+    cuda_ops::copy(out, dense);
+    return;
+  }
+  const Tensor out2 = alias_with(out, {1, f}, {f, 1}, out.offset());
   cuda_ops::reduce(kernels::ReduceOp::Sum, m, {0}, out2);
 }
 
