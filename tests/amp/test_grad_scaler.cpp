@@ -213,3 +213,19 @@ TEST_CASE("GradScaler state_dict round trip with PyTorch's keys", "[amp][scaler]
   CHECK(b.state_dict() == sd);
   REQUIRE_THROWS_WITH(b.load_state_dict({}), Catch::Matchers::Contains("state dict is empty"));
 }
+
+TEST_CASE("The scale moves by factors applied in double and rounded once, as PyTorch", "[amp][scaler]") {
+  auto w = hg::ones({2}).requires_grad_();
+  hg::optim::SGD opt({w}, {.lr = 1e-3});
+  GradScaler scaler({.init_scale = 65536.0, .growth_factor = 1.1, .backoff_factor = 0.9, .growth_interval = 1});
+  float expected = 65536.0f;
+  for (int i = 0; i < 6; ++i) {
+    const bool overflow = i % 3 == 2;
+    opt.zero_grad();
+    scaler.scale(toy_loss(w, overflow ? hg::full({2}, INFINITY) : hg::ones({2}), 1.0)).backward();
+    scaler.step(opt);
+    scaler.update();
+    expected = static_cast<float>(static_cast<double>(expected) * (overflow ? 0.9 : 1.1));
+    CHECK(static_cast<float>(scaler.get_scale()) == expected);
+  }
+}
