@@ -85,7 +85,7 @@ std::vector<double> time_in_child(const std::function<std::function<void()>()>& 
   if (pid == 0) {
     close(fd[0]);
     auto step = make();
-    for (int i = 0; i < 3; ++i) step();  // warm-up: primitive caches, allocator
+    for (int i = 0; i < 8; ++i) step();  // warm-up: primitive caches, allocator, page faults
     std::vector<double> t;
     for (int i = 0; i < steps; ++i) t.push_back(time_ms(step));
     const ssize_t want = static_cast<ssize_t>(t.size() * sizeof(double));
@@ -116,7 +116,7 @@ std::vector<double> time_pytorch(const std::string& mode, int steps, int threads
 }  // namespace
 
 int main(int argc, char** argv) {
-  int steps = 40, threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int steps = 80, threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);

@@ -36,7 +36,7 @@ def step(amp):
 
 
 amp = args.mode == "amp"
-for _ in range(3):
+for _ in range(8):
     step(amp)
 for _ in range(args.steps):
     t0 = time.perf_counter()
