@@ -8,7 +8,8 @@
 //    if the result is one dense run (inputs may also be scalars), a kernel with
 //    16-byte loads/stores runs, else a grid-stride kernel that turns each
 //    linear index into per-operand offsets (OffsetCalc, <= 8 merged dims,
-//    32-bit index math; larger tensors are split on the host);
+//    32-bit index math; larger tensors, and layouts with more merged dims,
+//    are split on the host);
 //  - warp/block all-reduce helpers for the reduction and softmax kernels.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -339,18 +340,36 @@ OffsetCalc<N> make_offset_calc(const Geometry<N>& g) {
   return oc;
 }
 
+// Calls fn(slice, ptrs) for slices of g with at most kMaxDims dims: a layout
+// that needs more (a permuted view of a 9-d or larger tensor) runs one slice
+// per index of its outermost dims. Rare, so a few more launches are fine.
+template <int N, typename Fn>
+void for_each_low_dim_slice(const Geometry<N>& g, const Ptrs<N>& p, const Fn& fn) {
+  if (static_cast<int>(g.size.size()) <= kMaxDims) return fn(g, p);
+  Geometry<N> inner = g;
+  inner.size.pop_back();
+  inner.stride.pop_back();
+  Ptrs<N> q = p;
+  for (int64_t i = 0; i < g.size.back(); ++i) {
+    for (int k = 0; k < N; ++k) q.p[k] = p.p[k] + i * g.stride.back()[k];
+    for_each_low_dim_slice<N>(inner, q, fn);
+  }
+}
+
 // The strided kernel indexes in 32 bits: tensors of 2^31 elements or more
 // run as several launches.
 template <typename F, typename Out, typename... In>
 void launch_strided(const Geometry<1 + sizeof...(In)>& g, const Ptrs<1 + sizeof...(In)>& p, const F& f,
                     int device) {
   constexpr int N = 1 + sizeof...(In);
-  for_each_piece<N>(g, p, std::numeric_limits<int32_t>::max(), [&](const Geometry<N>& piece, const Ptrs<N>& pp) {
-    int64_t n = 1;
-    for (int64_t s : piece.size) n *= s;
-    strided_kernel<F, Out, In...><<<grid_for(n, kThreads, device), kThreads, 0, stream()>>>(
-        static_cast<uint32_t>(n), make_offset_calc<N>(piece), pp, f);
-    HG_CUDA_CHECK(cudaGetLastError());
+  for_each_low_dim_slice<N>(g, p, [&](const Geometry<N>& slice, const Ptrs<N>& sp) {
+    for_each_piece<N>(slice, sp, std::numeric_limits<int32_t>::max(), [&](const Geometry<N>& piece, const Ptrs<N>& pp) {
+      int64_t n = 1;
+      for (int64_t s : piece.size) n *= s;
+      strided_kernel<F, Out, In...><<<grid_for(n, kThreads, device), kThreads, 0, stream()>>>(
+          static_cast<uint32_t>(n), make_offset_calc<N>(piece), pp, f);
+      HG_CUDA_CHECK(cudaGetLastError());
+    });
   });
 }
 
@@ -402,10 +421,6 @@ void elementwise(const char* op, const F& f, const Tensor& out, const Ts&... in)
     g.size.push_back(1);
     g.stride.push_back({});
   }
-  HG_CHECK(static_cast<int>(g.size.size()) <= kMaxDims,
-           "{}: the layout of {} needs {} dimensions after merging contiguous ones; the CUDA kernels handle at most "
-           "{}. Call .contiguous() on the inputs first.",
-           op, out.describe(), g.size.size(), kMaxDims);
   detail::launch_strided<F, Out, In...>(g, p, f, device);
 }
 

@@ -803,3 +803,16 @@ TEST_CASE("CUDA gradients of composite expressions match the CPU", "[cuda][backw
                    });
   }
 }
+
+TEST_CASE("CUDA copies of views with more than 8 dims after merging match the CPU", "[cuda][ops][elementwise]") {
+  // 10 dims of size 2, permuted so no two neighbours merge: the kernel sees
+  // more dims than its strided path takes and splits the launch.
+  hg::manual_seed(11);
+  const Tensor x = hg::randn({2, 2, 2, 2, 2, 2, 2, 2, 2, 2});
+  const hg::Shape perm{9, 0, 8, 1, 7, 2, 6, 3, 5, 4};
+  const Tensor cpu = x.permute(perm).contiguous();
+  const Tensor gpu = dev(x).permute(perm).contiguous().cpu();
+  CHECK(hg::eq(cpu, gpu).to(hg::int64).sum().item<int64_t>() == x.numel());
+  const Tensor added = hg::add(dev(x).permute(perm), 1.0).cpu();
+  CHECK(hg::max(hg::abs(hg::sub(added, hg::add(x.permute(perm), 1.0)))).item<float>() == 0.0f);
+}
