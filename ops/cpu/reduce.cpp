@@ -1,11 +1,11 @@
-// CPU reductions. The reduced dims are moved innermost (a copy when the input
-// is not already laid out that way), so every output reduces one contiguous
-// block; a reduction over the leading dims of a contiguous tensor (the bias
-// gradient of Linear) instead accumulates whole rows, which vectorises.
+// CPU reductions, laid out by ops/reduce_plan.h: every output reduces one
+// contiguous block; a reduction over the leading dims of a contiguous tensor
+// (the bias gradient of Linear) instead accumulates whole rows, which vectorises.
 #include <algorithm>
 #include <vector>
 
 #include "ops/cpu/cpu_kernels.h"
+#include "ops/reduce_plan.h"
 
 namespace halfgrad::cpu {
 
@@ -93,48 +93,17 @@ void reduce_outer(ReduceOp op, const T* in, int64_t r, int64_t inner, const Tens
 }  // namespace
 
 void reduce(ReduceOp op, const Tensor& in, const std::vector<int64_t>& dims, const Tensor& out) {
-  const int64_t nd = in.dim();
-  std::vector<bool> reduced(nd, false);
-  for (int64_t d : dims) reduced[d] = true;
-  int64_t r = 1;
-  for (int64_t d : dims) r *= in.shape()[d];
-  const int64_t outer = in.numel() / std::max<int64_t>(r, 1);
-  if (out.numel() == 0) return;  // e.g. max over dim 0 of a [2, 0] tensor: a [0] result
-  if (in.numel() == 0 || r == 0) {
-    HG_CHECK(op == ReduceOp::Sum || op == ReduceOp::Mean,
-             "max/argmax: cannot reduce over an empty dimension of {}", in.describe());
-    fill(out, op == ReduceOp::Sum ? 0.0 : std::numeric_limits<double>::quiet_NaN());
-    return;
-  }
-
-  // Leading dims of a contiguous tensor: row accumulation, no copy.
-  bool leading = in.is_contiguous() && (op == ReduceOp::Sum || op == ReduceOp::Mean) && outer > 1;
-  for (size_t i = 0; i < dims.size() && leading; ++i) leading = dims[i] == static_cast<int64_t>(i);
-  if (leading) {
+  const kernels::ReducePlan p = kernels::plan_reduce(op, in, dims, out, copy);
+  if (p.nothing) return;
+  if (p.empty) return fill(out, kernels::empty_reduction_value(op));
+  if (p.columns) {  // row accumulation over the leading dims, no copy
     HG_DISPATCH_NUMERIC(in.dtype(), "sum", [&] {
-      reduce_outer(op, static_cast<const scalar_t*>(in.data_ptr()), r, outer, out);
+      reduce_outer(op, static_cast<const scalar_t*>(in.data_ptr()), p.r, p.outer, out);
     });
     return;
   }
-
-  // Otherwise move the reduced dims innermost and make that contiguous.
-  Shape perm;
-  for (int64_t d = 0; d < nd; ++d)
-    if (!reduced[d]) perm.push_back(d);
-  for (int64_t d : dims) perm.push_back(d);
-  Shape pshape, pstrides;
-  for (int64_t d : perm) {
-    pshape.push_back(in.shape()[d]);
-    pstrides.push_back(in.strides()[d]);
-  }
-  Tensor src = alias_with(in, pshape, pstrides, in.offset());
-  if (!src.is_contiguous()) {
-    Tensor tmp = make_tensor(pshape, in.options());
-    copy(tmp, src);
-    src = tmp;
-  }
   HG_DISPATCH_NUMERIC(in.dtype(), "reduce", [&] {
-    reduce_inner(op, static_cast<const scalar_t*>(src.data_ptr()), outer, r, out);
+    reduce_inner(op, static_cast<const scalar_t*>(p.rows.data_ptr()), p.outer, p.r, out);
   });
 }
 

@@ -23,6 +23,7 @@
 
 #include "ops/cuda/cuda_kernels.h"
 #include "ops/cuda/loops.cuh"
+#include "ops/reduce_plan.h"
 
 namespace halfgrad::cuda_ops {
 
@@ -230,50 +231,19 @@ void reduce_rows(ReduceOp op, const Tensor& in, int64_t rows, int64_t r, const T
 
 void reduce(ReduceOp op, const Tensor& in, const std::vector<int64_t>& dims, const Tensor& out) {
   const int device = common_device("reduce", {&in, &out});
-  const int64_t nd = in.dim();
-  std::vector<bool> reduced(nd, false);
-  for (int64_t d : dims) reduced[d] = true;
-  int64_t r = 1;
-  for (int64_t d : dims) r *= in.shape()[d];
-  const int64_t outer = in.numel() / std::max<int64_t>(r, 1);
-  if (out.numel() == 0) return;  // e.g. max over dim 0 of a [2, 0] tensor: a [0] result
+  const kernels::ReducePlan p = kernels::plan_reduce(op, in, dims, out, copy);
+  if (p.nothing) return;
   HG_CHECK(out.is_contiguous(), "reduce: the output {} must be contiguous", out.describe());
   HG_CHECK(out.dtype() == (op == ReduceOp::ArgMax ? DType::Int64 : in.dtype()),
            "reduce: output {} has the wrong dtype for input {}", out.describe(), in.describe());
-  if (in.numel() == 0 || r == 0) {
-    HG_CHECK(op == ReduceOp::Sum || op == ReduceOp::Mean,
-             "max/argmax: cannot reduce over an empty dimension of {}", in.describe());
-    fill(out, op == ReduceOp::Sum ? 0.0 : std::numeric_limits<double>::quiet_NaN());
-    return;
-  }
+  if (p.empty) return fill(out, kernels::empty_reduction_value(op));
   DeviceGuard guard(device);
-
-  // Leading dims of a contiguous tensor: column sums, no copy.
-  bool leading = in.is_contiguous() && (op == ReduceOp::Sum || op == ReduceOp::Mean) && outer > 1;
-  for (size_t i = 0; i < dims.size() && leading; ++i) leading = dims[i] == static_cast<int64_t>(i);
-  if (leading) {
+  if (p.columns) {  // column sums over the leading dims, no copy
     HG_DISPATCH_NUMERIC(in.dtype(), op == ReduceOp::Sum ? "sum" : "mean",
-                        [&] { reduce_columns<scalar_t>(op, in, r, outer, out, device); });
+                        [&] { reduce_columns<scalar_t>(op, in, p.r, p.outer, out, device); });
     return;
   }
-
-  // Otherwise move the reduced dims innermost and make that contiguous.
-  Shape perm;
-  for (int64_t d = 0; d < nd; ++d)
-    if (!reduced[d]) perm.push_back(d);
-  for (int64_t d : dims) perm.push_back(d);
-  Shape pshape, pstrides;
-  for (int64_t d : perm) {
-    pshape.push_back(in.shape()[d]);
-    pstrides.push_back(in.strides()[d]);
-  }
-  Tensor src = alias_with(in, pshape, pstrides, in.offset());
-  if (!src.is_contiguous()) {
-    Tensor tmp = make_tensor(pshape, in.options());
-    copy(tmp, src);
-    src = tmp;
-  }
-  HG_DISPATCH_NUMERIC(in.dtype(), "reduce", [&] { reduce_rows<scalar_t>(op, src, outer, r, out, device); });
+  HG_DISPATCH_NUMERIC(in.dtype(), "reduce", [&] { reduce_rows<scalar_t>(op, p.rows, p.outer, p.r, out, device); });
 }
 
 }  // namespace halfgrad::cuda_ops
