@@ -89,6 +89,16 @@ Tensor make_tensor(const Shape& shape, TensorOptions options) {
 }
 
 Tensor alias_with(const Tensor& base, Shape shape, Shape strides, int64_t offset) {
+  // A view must stay inside its storage (as_strided's check in PyTorch).
+  if (shape_numel(shape) > 0 && base.storage()) {
+    int64_t last = offset;
+    for (size_t i = 0; i < shape.size(); ++i) last += (shape[i] - 1) * strides[i];
+    const int64_t capacity = static_cast<int64_t>(base.storage()->nbytes / itemsize(base.dtype()));
+    HG_CHECK(offset >= 0 && last < capacity,
+             "view: shape {} with strides {} at offset {} reaches element {}, past the {} elements of the storage "
+             "of {}",
+             shape_str(shape), shape_str(strides), offset, last, capacity, base.describe());
+  }
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = base.storage();
   impl->shape = std::move(shape);

@@ -25,7 +25,13 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bia
   g.c = out.data_ptr();
   g.c_bs = batched ? st(out, 0) : 0;
   g.c_rs = out.strides()[out.dim() - 2];
-  g.bias = bias.defined() ? bias.data_ptr() : nullptr;
+  // the GEMM reads the bias as n contiguous elements
+  Tensor dense_bias = bias;
+  if (bias.defined() && !bias.is_contiguous()) {
+    dense_bias = make_tensor(bias.shape(), bias.options());
+    copy(dense_bias, bias);
+  }
+  g.bias = dense_bias.defined() ? dense_bias.data_ptr() : nullptr;
   g.beta = beta;
   g.relu = relu;
   gemm(g);

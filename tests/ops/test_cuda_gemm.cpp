@@ -79,8 +79,8 @@ Pair operand(int64_t batch, int64_t rows, int64_t cols, Layout layout, DType dt,
       stored = {nb * rows * cols};
       strides = b3 ? Shape{rows * cols, 1, rows} : Shape{1, rows};
       break;
-    case Layout::Padded:
-      stored = {nb * rows * (cols + 5) + 7};
+    case Layout::Padded:  // each matrix padded by 7 elements too: the batch stride below
+      stored = {nb * (rows * (cols + 5) + 7)};
       strides = b3 ? Shape{rows * (cols + 5) + 7, cols + 5, 1} : Shape{cols + 5, 1};
       break;
     case Layout::ColStride2:

@@ -68,3 +68,12 @@ TEST_CASE("linear_relu and linear_gelu run in the lower-precision dtype under au
   CHECK(w.grad().dtype() == hg::float32);
   CHECK(b.grad().dtype() == hg::float32);
 }
+
+TEST_CASE("linear reads a strided bias correctly", "[ops][linear]") {
+  auto x = uniform({4, 6}, DType::Float32), w = uniform({3, 6}, DType::Float32);
+  auto wide = uniform({3, 2}, DType::Float32);
+  const Tensor strided_bias = wide.select(1, 0);  // stride 2
+  REQUIRE_FALSE(strided_bias.is_contiguous());
+  for (auto act : {hg::Activation::None, hg::Activation::ReLU, hg::Activation::GELU})
+    HG_CHECK_CLOSE(hg::linear(x, w, strided_bias, act), values(hg::linear(x, w, strided_bias.contiguous(), act)));
+}
