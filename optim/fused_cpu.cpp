@@ -1,6 +1,7 @@
 #include "optim/fused_cpu.h"
 
 #include <algorithm>
+#include <type_traits>
 
 namespace halfgrad::optim::fused {
 
@@ -9,23 +10,40 @@ constexpr int64_t kChunk = 16384;  // elements per OpenMP task
 float* f32(const Tensor& t) { return t.defined() ? static_cast<float*>(t.data_ptr()) : nullptr; }
 
 // The loops over one chunk, compiled for AVX-512, AVX2 and the baseline and
-// picked at load time; the branch on the optional buffer sits outside the loop.
+// picked at load time; the branches on the optional buffer and on whether
+// the gradient is scaled sit outside the loop. An unscaled gradient (no
+// scaler, or after unscale_) is read only: the copy in a register takes the
+// write-back, so .grad is not rewritten with the same values.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void sgd_range(float* p, float* g, float* buf, int64_t n,
                                                                           float inv, math::SGDHyper h) {
+  auto run = [&](auto with_buf, auto scaled) {
+    for (int64_t i = 0; i < n; ++i) {
+      float gi = g[i];
+      math::sgd_element(p[i], scaled ? g[i] : gi, with_buf ? buf + i : nullptr, inv, h);
+    }
+  };
+  const bool scaled = inv != 1.f;
   if (buf) {
-    for (int64_t i = 0; i < n; ++i) math::sgd_element(p[i], g[i], buf + i, inv, h);
+    scaled ? run(std::true_type{}, std::true_type{}) : run(std::true_type{}, std::false_type{});
   } else {
-    for (int64_t i = 0; i < n; ++i) math::sgd_element(p[i], g[i], nullptr, inv, h);
+    scaled ? run(std::false_type{}, std::true_type{}) : run(std::false_type{}, std::false_type{});
   }
 }
 
 __attribute__((target_clones("avx512f", "avx2", "default"))) void adam_range(float* p, float* g, float* m, float* v,
                                                                            float* vmax, int64_t n, float inv,
                                                                            math::AdamHyper h) {
+  auto run = [&](auto with_max, auto scaled) {
+    for (int64_t i = 0; i < n; ++i) {
+      float gi = g[i];
+      math::adam_element(p[i], scaled ? g[i] : gi, m[i], v[i], with_max ? vmax + i : nullptr, inv, h);
+    }
+  };
+  const bool scaled = inv != 1.f;
   if (vmax) {
-    for (int64_t i = 0; i < n; ++i) math::adam_element(p[i], g[i], m[i], v[i], vmax + i, inv, h);
+    scaled ? run(std::true_type{}, std::true_type{}) : run(std::true_type{}, std::false_type{});
   } else {
-    for (int64_t i = 0; i < n; ++i) math::adam_element(p[i], g[i], m[i], v[i], nullptr, inv, h);
+    scaled ? run(std::false_type{}, std::true_type{}) : run(std::false_type{}, std::false_type{});
   }
 }
 
