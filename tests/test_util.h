@@ -132,16 +132,7 @@ inline void write_raw(const Tensor& t, int64_t off, double v) {
   }
 }
 
-inline std::vector<int64_t> offsets(const Tensor& t) {
-  std::vector<int64_t> offs(static_cast<size_t>(t.numel()));
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    const Shape idx = unravel(i, t.shape());
-    int64_t off = t.offset();
-    for (size_t d = 0; d < idx.size(); ++d) off += idx[d] * t.strides()[d];
-    offs[static_cast<size_t>(i)] = off;
-  }
-  return offs;
-}
+inline std::vector<int64_t> offsets(const Tensor& t) { return halfgrad::autograd::gradcheck_detail::element_offsets(t); }
 
 // A CPU tensor's values in row-major logical order, as float64 (any strides).
 inline std::vector<double> values(const Tensor& t) {

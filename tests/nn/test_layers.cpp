@@ -5,16 +5,15 @@
 
 #include <halfgrad.h>
 
+#include "test_util.h"
+
 namespace hg = halfgrad;
 using Catch::Matchers::Contains;
 
 namespace {
 
-std::vector<double> values(const hg::Tensor& t) {
-  const hg::Tensor c = t.detach().cpu().to(hg::float64).contiguous();
-  const double* p = c.data<double>();
-  return std::vector<double>(p, p + c.numel());
-}
+// Any tensor's values as float64 in logical order (tests/test_util.h).
+std::vector<double> values(const hg::Tensor& t) { return hgtest::values(t.detach().cpu()); }
 
 double rel_err(const std::vector<double>& out, const std::vector<double>& ref) {
   double num = 0, den = 0;

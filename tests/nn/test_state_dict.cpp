@@ -3,6 +3,8 @@
 
 #include <halfgrad.h>
 
+#include "test_util.h"
+
 namespace hg = halfgrad;
 using Catch::Matchers::Contains;
 
@@ -17,11 +19,8 @@ struct MLP : hg::nn::Module {
   hg::Tensor forward(const hg::Tensor& x) { return linear2(hg::relu(linear1(x))); }
 };
 
-std::vector<double> values(const hg::Tensor& t) {
-  const hg::Tensor c = t.detach().cpu().to(hg::float64).contiguous();
-  const double* p = c.data<double>();
-  return std::vector<double>(p, p + c.numel());
-}
+// Any tensor's values as float64 in logical order (tests/test_util.h).
+std::vector<double> values(const hg::Tensor& t) { return hgtest::values(t.detach().cpu()); }
 
 }  // namespace
 

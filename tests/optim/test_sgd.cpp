@@ -5,16 +5,15 @@
 
 #include <halfgrad.h>
 
+#include "test_util.h"
+
 namespace hg = halfgrad;
 using Catch::Matchers::Contains;
 
 namespace {
 
-std::vector<double> values(const hg::Tensor& t) {
-  const hg::Tensor c = t.detach().cpu().to(hg::float64).contiguous();
-  const double* p = c.data<double>();
-  return std::vector<double>(p, p + c.numel());
-}
+// Any tensor's values as float64 in logical order (tests/test_util.h).
+std::vector<double> values(const hg::Tensor& t) { return hgtest::values(t.detach().cpu()); }
 
 const std::vector<double> kP0 = {0.5, -1.25, 2.0, 0.75};
 const std::vector<double> kGrad = {0.1, -0.3, 0.25, -0.05};
