@@ -1,12 +1,41 @@
 #include "core/random.h"
 
+#include <mutex>
+
 namespace halfgrad {
 
 namespace {
-std::mt19937_64 g_generator(0x5eed);
+std::mutex g_mutex;
+uint64_t g_seed = 0x5eed;
+uint64_t g_offset = 0;
+uint64_t g_generation = 0;
+}  // namespace
+
+void manual_seed(uint64_t seed) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_seed = seed;
+  g_offset = 0;
+  ++g_generation;
 }
 
-void manual_seed(uint64_t seed) { g_generator.seed(seed); }
-std::mt19937_64& default_generator() { return g_generator; }
+uint64_t initial_seed() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_seed;
+}
 
+namespace rng {
+
+PhiloxState cpu_reserve(uint64_t n) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  const PhiloxState s{g_seed, g_offset};
+  g_offset += n;
+  return s;
+}
+
+uint64_t seed_generation() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_generation;
+}
+
+}  // namespace rng
 }  // namespace halfgrad

@@ -1,13 +1,32 @@
 #pragma once
-// The global random generator: one seeded stream for rand, randn, randint
-// and dropout masks. manual_seed makes a run reproducible.
+// The global random generator: one seeded stream per device for rand, randn,
+// randint and dropout masks; manual_seed seeds them all and makes a run
+// reproducible. Every generator is Philox4x32-10 (core/philox.h) with state
+// (seed, offset): a draw of n elements takes counters offset .. offset+n-1 and
+// moves the offset on by n. The CPU's state lives here; a CUDA device's lives
+// in device memory (ops/cuda/random.cu), so drawing on the GPU never syncs and
+// a graph replay moves it on like an eager call. Both start at offset 0 after a
+// seed, so the same calls give the same numbers on either device.
 #include <cstdint>
-#include <random>
 
 namespace halfgrad {
 
 void manual_seed(uint64_t seed);
-// The generator itself (CPU; CUDA tensors are filled on the host and copied).
-std::mt19937_64& default_generator();
+uint64_t initial_seed();  // the seed of the last manual_seed (a fixed default before)
 
+namespace rng {
+
+struct PhiloxState {
+  uint64_t seed = 0;
+  uint64_t offset = 0;  // first counter of the draw
+};
+
+// Reserves n counters of the CPU generator (thread-safe).
+PhiloxState cpu_reserve(uint64_t n);
+
+// Bumped by every manual_seed: a device generator whose last seen generation
+// differs re-seeds itself (to initial_seed(), offset 0) before its next draw.
+uint64_t seed_generation();
+
+}  // namespace rng
 }  // namespace halfgrad

@@ -121,26 +121,14 @@ void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& g
              cuda_ops::nll_loss_backward(grad, target, grad_logp, ignore_index));
 }
 
-// Random numbers come from the one CPU generator; CUDA tensors get them by a
-// copy from the host (not capturable in a CUDA graph: draw them outside one).
-namespace {
-template <typename Fill>
-void random_fill(const Tensor& out, Fill fill_host) {
-  if (out.device().is_cpu()) return fill_host(out);
-  Tensor host = make_tensor(out.shape(), TensorOptions(out.dtype(), Device::cpu()));
-  fill_host(host);
-  copy(out, host);
-}
-}  // namespace
-
 void uniform(const Tensor& out, double low, double high) {
-  random_fill(out, [&](const Tensor& t) { cpu::uniform(t, low, high); });
+  HG_BACKEND(out, cpu::uniform(out, low, high), cuda_ops::uniform(out, low, high));
 }
 void normal(const Tensor& out, double mean, double std) {
-  random_fill(out, [&](const Tensor& t) { cpu::normal(t, mean, std); });
+  HG_BACKEND(out, cpu::normal(out, mean, std), cuda_ops::normal(out, mean, std));
 }
 void randint(const Tensor& out, int64_t low, int64_t high) {
-  random_fill(out, [&](const Tensor& t) { cpu::randint(t, low, high); });
+  HG_BACKEND(out, cpu::randint(out, low, high), cuda_ops::randint(out, low, high));
 }
 
 }  // namespace halfgrad::kernels

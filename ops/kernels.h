@@ -76,7 +76,7 @@ void nll_loss(const Tensor& logp, const Tensor& target, const Tensor& out, int64
 // grad_logp[i, target[i]] = -grad[i] (other entries 0). grad [N], grad_logp [N, C].
 void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& grad_logp, int64_t ignore_index);
 
-// Random fills from the global generator (core/random.h).
+// Random fills of a contiguous `out` from its device's generator (core/random.h).
 void uniform(const Tensor& out, double low, double high);
 void normal(const Tensor& out, double mean, double std);
 void randint(const Tensor& out, int64_t low, int64_t high);

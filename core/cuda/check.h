@@ -61,4 +61,20 @@ class DeviceGuard {
   bool switched_ = false;
 };
 
+// A one-time allocation (a cuBLASLt handle or workspace, a generator's state)
+// may come while the stream is being captured into a CUDA graph (a captured
+// step whose warm-up ran on another stream). cudaMalloc is forbidden in the
+// default (global) capture mode; relaxed mode allows it for this thread, and
+// the memory outlives the graph.
+class RelaxedCaptureMode {
+ public:
+  RelaxedCaptureMode() { HG_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode_)); }
+  ~RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
+  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
+};
+
 }  // namespace halfgrad::cuda

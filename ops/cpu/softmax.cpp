@@ -2,9 +2,7 @@
 // cross_entropy builds on. Rows are independent: one row per iteration,
 // computed in float (double for float64) with the max subtracted first.
 #include <cmath>
-#include <random>
 
-#include "core/random.h"
 #include "ops/cpu/cpu_kernels.h"
 
 namespace halfgrad::cpu {
@@ -99,41 +97,6 @@ void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& g
     scalar_t* o = static_cast<scalar_t*>(grad_logp.data_ptr());
     for (int64_t i = 0; i < n; ++i)
       if (tg[i] != ignore_index) o[i * c + tg[i]] = static_cast<scalar_t>(-static_cast<double>(g[i]));
-  });
-}
-
-// Random fills: sequential (one generator), then converted to the dtype.
-void uniform(const Tensor& out, double low, double high) {
-  std::uniform_real_distribution<double> dist(low, high);
-  HG_DISPATCH_FLOATING(out.dtype(), "rand", [&] {
-    auto* o = static_cast<scalar_t*>(out.data_ptr());
-    for (int64_t i = 0; i < out.numel(); ++i) {
-      const double v = dist(default_generator());
-      scalar_t r = static_cast<scalar_t>(static_cast<acc_t<scalar_t>>(v));
-      // rounding to a narrower dtype may reach `high`: redraw to keep [low, high)
-      while (static_cast<double>(static_cast<acc_t<scalar_t>>(r)) >= high)
-        r = static_cast<scalar_t>(static_cast<acc_t<scalar_t>>(dist(default_generator())));
-      o[i] = r;
-    }
-  });
-}
-
-void normal(const Tensor& out, double mean, double std) {
-  std::normal_distribution<double> dist(mean, std);
-  HG_DISPATCH_FLOATING(out.dtype(), "randn", [&] {
-    auto* o = static_cast<scalar_t*>(out.data_ptr());
-    for (int64_t i = 0; i < out.numel(); ++i) {
-      if constexpr (std::is_same_v<scalar_t, double>) o[i] = dist(default_generator());
-      else o[i] = static_cast<scalar_t>(static_cast<float>(dist(default_generator())));
-    }
-  });
-}
-
-void randint(const Tensor& out, int64_t low, int64_t high) {
-  std::uniform_int_distribution<int64_t> dist(low, high - 1);
-  HG_DISPATCH_NUMERIC(out.dtype(), "randint", [&] {
-    auto* o = static_cast<scalar_t*>(out.data_ptr());
-    for (int64_t i = 0; i < out.numel(); ++i) o[i] = static_cast<scalar_t>(static_cast<double>(dist(default_generator())));
   });
 }
 

@@ -23,5 +23,10 @@ void softmax_backward(const Tensor& grad_out, const Tensor& y, const Tensor& gra
 // makes the GradScaler skip the step.
 void nll_loss(const Tensor& logp, const Tensor& target, const Tensor& out, int64_t ignore_index);
 void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& grad_logp, int64_t ignore_index);
+// Random fills of a contiguous `out` from the device's generator (core/random.h):
+// the same numbers as the CPU backend's for the same seed and calls.
+void uniform(const Tensor& out, double low, double high);
+void normal(const Tensor& out, double mean, double std);
+void randint(const Tensor& out, int64_t low, int64_t high);
 
 }  // namespace halfgrad::cuda_ops

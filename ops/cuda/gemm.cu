@@ -43,24 +43,9 @@ std::atomic<bool> g_fusion{true};
 // ============================================================================================
 // Device, stream, handle, workspace
 
-
 using cuda::DeviceGuard;
+using cuda::RelaxedCaptureMode;
 using cuda::stream;
-
-// The first GEMM on a stream may come while that stream is being captured
-// into a CUDA graph (a captured training step whose warm-up ran on another
-// stream). cudaMalloc is forbidden in the default (global) capture mode;
-// relaxed mode allows it for this thread, and the memory outlives the graph.
-class RelaxedCaptureMode {
- public:
-  RelaxedCaptureMode() { HG_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode_)); }
-  ~RelaxedCaptureMode() { cudaThreadExchangeStreamCaptureMode(&mode_); }
-  RelaxedCaptureMode(const RelaxedCaptureMode&) = delete;
-  RelaxedCaptureMode& operator=(const RelaxedCaptureMode&) = delete;
-
- private:
-  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;
-};
 
 // One cuBLASLt handle per device, created on first use. Never destroyed: at
 // exit the CUDA runtime may already be gone, and the driver frees it anyway.

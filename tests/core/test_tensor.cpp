@@ -243,7 +243,7 @@ TEST_CASE("rand is uniform on 0 to 1 (1 excluded) in every float dtype", "[tenso
 }
 
 TEST_CASE("rand never returns 1.0 in the half dtypes", "[tensor][random]") {
-  // Rounding a draw just below 1 to bf16/fp16 gives 1.0 unless it is redrawn.
+  // Rounding a draw just below 1 to bf16/fp16 gives 1.0 unless it is mapped back to 0.
   manual_seed(1);
   for (DType dt : {bfloat16, float16}) {
     INFO(hgtest::dname(dt));

@@ -1,0 +1,94 @@
+// Random draws on a CUDA device: the same numbers as the CPU backend for the
+// same seed and calls (both run core/philox.h), drawn without the host (a
+// captured draw replays with new numbers, as eager calls would), and dropout
+// masks that match the CPU's. Run only where a GPU is usable ("[cuda]").
+#include <catch2/catch.hpp>
+
+#include <halfgrad.h>
+
+#include <cstring>
+#include <vector>
+
+#include "test_util.h"
+#if HALFGRAD_WITH_CUDA
+#include "cuda_graph.h"
+#endif
+
+namespace hg = halfgrad;
+using hg::DType;
+using hg::Tensor;
+using hg::TensorOptions;
+using hgtest::values;
+
+namespace {
+const hg::Device kCuda = hg::Device::cuda();
+
+// Bitwise equality (two tensors of one dtype; the CUDA one is brought over).
+bool same_bits(const Tensor& a, const Tensor& b) {
+  const Tensor x = a.cpu().contiguous(), y = b.cpu().contiguous();
+  if (x.dtype() != y.dtype() || x.shape() != y.shape()) return false;
+  return std::memcmp(x.data_ptr(), y.data_ptr(), static_cast<size_t>(x.numel()) * hg::itemsize(x.dtype())) == 0;
+}
+}  // namespace
+
+TEST_CASE("CUDA rand, randn and randint give the CPU's numbers for the same seed", "[cuda][random]") {
+  const hg::Shape shape = {1000, 37};  // > one block, odd size
+  for (DType dt : hgtest::kFloatDTypes) {
+    INFO(hgtest::dname(dt));
+    hg::manual_seed(9);
+    const Tensor u_cpu = hg::rand(shape, dt), n_cpu = hg::randn(shape, dt), i_cpu = hg::randint(-50, 50, shape, dt);
+    hg::manual_seed(9);
+    const Tensor u = hg::rand(shape, TensorOptions(dt, kCuda)), n = hg::randn(shape, TensorOptions(dt, kCuda)),
+                 i = hg::randint(-50, 50, shape, TensorOptions(dt, kCuda));
+    CHECK(u.device() == kCuda);
+    CHECK(same_bits(u, u_cpu));
+    CHECK(same_bits(i, i_cpu));
+    // randn's log and cos are libm's on the CPU and CUDA's on the device: equal
+    // to within an ulp of double, which the narrower dtypes round away.
+    if (dt == DType::Float64) {
+      const auto a = values(n.cpu()), b = values(n_cpu);
+      for (size_t k = 0; k < a.size(); ++k) REQUIRE(a[k] == Approx(b[k]).epsilon(1e-14).margin(1e-14));
+    } else {
+      CHECK(same_bits(n, n_cpu));
+    }
+  }
+  hg::manual_seed(10);
+  const Tensor big_cpu = hg::randint(0, int64_t{1} << 40, {4096});
+  hg::manual_seed(10);
+  CHECK(same_bits(hg::randint(0, int64_t{1} << 40, {4096}, kCuda), big_cpu));
+}
+
+TEST_CASE("CUDA dropout keeps the CPU's elements for the same seed", "[cuda][random]") {
+  const Tensor x = hg::randn({64, 129});
+  for (DType dt : {DType::Float32, DType::Float16}) {
+    hg::manual_seed(12);
+    const Tensor cpu = hg::dropout(x.to(dt), 0.3, true);
+    hg::manual_seed(12);
+    const Tensor dev = hg::dropout(x.to(kCuda, dt), 0.3, true);
+    CHECK(same_bits(dev, cpu));
+  }
+}
+
+#if HALFGRAD_WITH_CUDA
+TEST_CASE("A CUDA random draw captured in a graph draws new numbers on each replay", "[cuda][random][graph]") {
+  hgtest::TestStream stream;
+  const int64_t n = 5000;
+  hg::manual_seed(11);
+  Tensor out = hg::empty({n}, kCuda);
+  auto draw = [&] { out.copy_(hg::rand({n}, kCuda)); };
+  draw();  // eager: counters [0, n); also seeds the device generator outside the graph
+  const Tensor first = out.clone();
+  hgtest::Graph graph(stream.get(), draw);  // captured, not run
+  graph.replay();                           // [n, 2n)
+  const Tensor second = out.clone();
+  graph.replay();  // [2n, 3n)
+  const Tensor third = out.clone();
+  stream.sync();
+
+  hg::manual_seed(11);
+  const Tensor cpu = hg::rand({3 * n});
+  CHECK(same_bits(first, cpu.narrow(0, 0, n)));
+  CHECK(same_bits(second, cpu.narrow(0, n, n)));
+  CHECK(same_bits(third, cpu.narrow(0, 2 * n, n)));
+}
+#endif
