@@ -633,7 +633,7 @@ TEST_CASE("CUDA dropout: the same mask as the CPU for a seed, and its statistics
       const Tensor yc = hg::dropout(x, p, true);
       hg::manual_seed(11);
       const Tensor yg = hg::dropout(dev(x), p, true);
-      expect_same(yg, yc, "dropout " + what, true);  // random draws come from the one host generator
+      expect_same(yg, yc, "dropout " + what, true);  // both devices draw Philox counters 0.. for the seed
       const double zeros =
           hg::eq(yg, 0.0).to(DType::Float32).mean().item<float>();
       INFO(what);
@@ -694,7 +694,9 @@ TEST_CASE("CUDA factories give the CPU's values, random ones included for a seed
       hg::manual_seed(4);
       const Tensor rg = which ? hg::randn({64}, g) : hg::rand({64}, g);
       hg::manual_seed(4);
-      expect_same(rg, which ? hg::randn({64}, c) : hg::rand({64}, c), (which ? "randn " : "rand ") + dn(dt), true);
+      // float64 randn runs CUDA's log and cos, within an ulp of libm's: compared with a tolerance
+      const bool exact = !(which && dt == DType::Float64);
+      expect_same(rg, which ? hg::randn({64}, c) : hg::rand({64}, c), (which ? "randn " : "rand ") + dn(dt), exact);
     }
   }
   expect_same(hg::tensor(std::vector<float>{1, 2, 3, 4}, {2, 2}, kCuda), hg::tensor(std::vector<float>{1, 2, 3, 4}, {2, 2}),

@@ -1,7 +1,7 @@
 // Random draws on a CUDA device: the same numbers as the CPU backend for the
 // same seed and calls (both run core/philox.h), drawn without the host (a
-// captured draw replays with new numbers, as eager calls would), and dropout
-// masks that match the CPU's. Run only where a GPU is usable ("[cuda]").
+// captured draw replays with new numbers, as eager calls would). Dropout masks:
+// tests/ops/test_cuda_ops.cpp. Run only where a GPU is usable ("[cuda]").
 #include <catch2/catch.hpp>
 
 #include <halfgrad.h>
@@ -56,17 +56,6 @@ TEST_CASE("CUDA rand, randn and randint give the CPU's numbers for the same seed
   const Tensor big_cpu = hg::randint(0, int64_t{1} << 40, {4096});
   hg::manual_seed(10);
   CHECK(same_bits(hg::randint(0, int64_t{1} << 40, {4096}, kCuda), big_cpu));
-}
-
-TEST_CASE("CUDA dropout keeps the CPU's elements for the same seed", "[cuda][random]") {
-  const Tensor x = hg::randn({64, 129});
-  for (DType dt : {DType::Float32, DType::Float16}) {
-    hg::manual_seed(12);
-    const Tensor cpu = hg::dropout(x.to(dt), 0.3, true);
-    hg::manual_seed(12);
-    const Tensor dev = hg::dropout(x.to(kCuda, dt), 0.3, true);
-    CHECK(same_bits(dev, cpu));
-  }
 }
 
 #if HALFGRAD_WITH_CUDA
