@@ -15,7 +15,12 @@ namespace halfgrad::amp {
 namespace {
 
 using P = CastPolicy;
+// The fused Linear+activation ops are linear then an activation with no row
+// (it runs in linear's dtype), so they take linear's row.
 const char* const kFused = "halfgrad's Linear+activation: one GEMM with the activation in its epilogue, as linear";
+const char* const kFusedGelu = "halfgrad's Linear+GELU (exact): the GEMM, then one GELU pass, as linear";
+const char* const kFusedGeluTanh =
+    "halfgrad's Linear+GELU (tanh): one GEMM with the GELU in its epilogue on CUDA, as linear";
 const char* const kViaDtype = "fp32 through the op's dtype argument: inputs are not cast, the output is float32";
 
 struct Builtin {
@@ -37,7 +42,8 @@ const std::vector<Builtin> kCuda = {
   {"chain_matmul", P::LowerPrecision}, {"linalg_multi_dot", P::LowerPrecision}, {"lstm_cell", P::LowerPrecision},
   {"gru_cell", P::LowerPrecision}, {"rnn_tanh_cell", P::LowerPrecision}, {"rnn_relu_cell", P::LowerPrecision},
   {"scaled_dot_product_attention", P::LowerPrecision},
-  {"linear_relu", P::LowerPrecision, kFused}, {"linear_gelu", P::LowerPrecision, kFused},
+  {"linear_relu", P::LowerPrecision, kFused}, {"linear_gelu", P::LowerPrecision, kFusedGelu},
+  {"linear_gelu_tanh", P::LowerPrecision, kFusedGeluTanh},
   // fp32: ops whose range or precision float16 cannot carry
   {"acos", P::Fp32}, {"asin", P::Fp32}, {"cosh", P::Fp32}, {"erfinv", P::Fp32}, {"exp", P::Fp32},
   {"expm1", P::Fp32}, {"log", P::Fp32}, {"log10", P::Fp32}, {"log2", P::Fp32}, {"log1p", P::Fp32},
@@ -75,7 +81,8 @@ const std::vector<Builtin> kCpu = {
   {"conv_transpose1d", P::LowerPrecision}, {"conv_transpose2d", P::LowerPrecision},
   {"conv_transpose3d", P::LowerPrecision}, {"prelu", P::LowerPrecision},
   {"scaled_dot_product_attention", P::LowerPrecision},
-  {"linear_relu", P::LowerPrecision, kFused}, {"linear_gelu", P::LowerPrecision, kFused},
+  {"linear_relu", P::LowerPrecision, kFused}, {"linear_gelu", P::LowerPrecision, kFusedGelu},
+  {"linear_gelu_tanh", P::LowerPrecision, kFusedGeluTanh},
   // fp32: the losses
   {"mse_loss", P::Fp32}, {"nll_loss", P::Fp32}, {"cross_entropy", P::Fp32}, {"l1_loss", P::Fp32},
   {"smooth_l1_loss", P::Fp32}, {"huber_loss", P::Fp32}, {"kl_div", P::Fp32}, {"binary_cross_entropy", P::Fp32},

@@ -1,6 +1,9 @@
 #pragma once
 // Activation layers: module wrappers of the functional ops, so they can sit
 // in a Sequential.
+#include <string>
+#include <utility>
+
 #include "nn/module.h"
 #include "ops/ops.h"
 
@@ -12,11 +15,19 @@ class ReLU : public Module {
   Tensor operator()(const Tensor& x) const { return forward(x); }
 };
 
-// The exact (erf) form, PyTorch's default approximate="none".
+// torch.nn.GELU: approximate "none" (the exact erf form, the default) or
+// "tanh". After a Linear in a Sequential, either runs fused with it.
 class GELU : public Module {
  public:
-  Tensor forward(const Tensor& x) const { return gelu(x); }
+  explicit GELU(std::string approximate = "none") : approximate(std::move(approximate)) {
+    HG_CHECK(this->approximate == "none" || this->approximate == "tanh",
+             "GELU: approximate must be \"none\" (exact, the default) or \"tanh\", got \"{}\"", this->approximate);
+  }
+  Tensor forward(const Tensor& x) const { return gelu(x, approximate); }
   Tensor operator()(const Tensor& x) const { return forward(x); }
+  std::string extra_repr() const override { return "approximate='" + approximate + "'"; }
+
+  std::string approximate;
 };
 
 class Sigmoid : public Module {

@@ -37,7 +37,7 @@ Tensor Linear::forward(const Tensor& x, Activation act) const {
 }
 
 std::string Linear::extra_repr() const {
-  static constexpr const char* kAct[] = {"", ", activation=ReLU", ", activation=GELU"};
+  static constexpr const char* kAct[] = {"", ", activation=ReLU", ", activation=GELU", ", activation=GELUTanh"};
   return fmt::format("in_features={}, out_features={}, bias={}{}", in_features, out_features,
                      bias.defined() ? "True" : "False", kAct[static_cast<int>(activation)]);
 }

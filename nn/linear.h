@@ -9,8 +9,8 @@ class Linear : public Module {
  public:
   // PyTorch's default init: weight and bias ~ U(-1/sqrt(in), 1/sqrt(in))
   // (kaiming_uniform_ with a = sqrt(5)), drawn weight first from the global generator.
-  // `activation` (halfgrad's extension): ReLU or GELU applied in the GEMM's
-  // epilogue, one op instead of two (Sequential fuses Linear + ReLU/GELU this way).
+  // `activation` (halfgrad's extension): ReLU, GELU or GELUTanh applied with the
+  // GEMM, one op instead of two (Sequential fuses Linear + ReLU/GELU this way).
   Linear(int64_t in_features, int64_t out_features, bool bias = true, Activation activation = Activation::None);
 
   Tensor forward(const Tensor& x) const;

@@ -14,17 +14,19 @@ void Sequential::append(Module* m, std::function<Tensor(const Tensor&)> step, st
 }
 
 // A Linear followed by a ReLU or GELU runs as one fused op (one GEMM with the
-// bias and activation in its epilogue); the modules, their names and the
-// state dict stay exactly as registered.
+// bias and activation in its epilogue; GELU("tanh") is the form cuBLASLt
+// fuses); the modules, their names and the state dict stay exactly as registered.
 Tensor Sequential::forward(const Tensor& x) const {
   Tensor y = x;
   for (size_t i = 0; i < steps_.size(); ++i) {
     const auto* lin = dynamic_cast<const Linear*>(modules_[i]);
     if (lin && lin->activation == Activation::None && i + 1 < modules_.size()) {
       const Module* next = modules_[i + 1];
-      const Activation act = dynamic_cast<const ReLU*>(next)   ? Activation::ReLU
-                             : dynamic_cast<const GELU*>(next) ? Activation::GELU
-                                                               : Activation::None;
+      const auto* gelu = dynamic_cast<const GELU*>(next);
+      const Activation act = dynamic_cast<const ReLU*>(next) ? Activation::ReLU
+                             : !gelu                         ? Activation::None
+                             : gelu->approximate == "tanh"   ? Activation::GELUTanh
+                                                             : Activation::GELU;
       if (act != Activation::None) {
         y = lin->forward(y, act);
         ++i;

@@ -217,11 +217,17 @@ Tensor relu(const Tensor& a) {
                   Save::Output, {}, false);
 }
 
-Tensor gelu(const Tensor& a) {
-  return unary_op("gelu", UnaryOp::Gelu, a,
-                  [](const Saved& s, const Tensor& g) -> Grads {
+// One op "gelu" for both forms, as in PyTorch; each form's backward uses its own derivative.
+Tensor gelu(const Tensor& a, std::string_view approximate) {
+  HG_CHECK(approximate == "none" || approximate == "tanh",
+           "gelu: approximate must be \"none\" (exact, the default) or \"tanh\", got \"{}\" for input {}",
+           approximate, a.describe());
+  const bool tanh_form = approximate == "tanh";
+  return unary_op("gelu", tanh_form ? UnaryOp::GeluTanh : UnaryOp::Gelu, a,
+                  [grad_op = tanh_form ? UnaryOp::GeluTanhGrad : UnaryOp::GeluGrad](const Saved& s,
+                                                                                   const Tensor& g) -> Grads {
                     Tensor d = make_tensor(s.input(0).shape(), s.input(0).options());
-                    kernels::unary(UnaryOp::GeluGrad, s.input(0), d);
+                    kernels::unary(grad_op, s.input(0), d);
                     return {mul(g, d)};
                   },
                   Save::Inputs);

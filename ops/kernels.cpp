@@ -84,9 +84,13 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bia
 namespace {
 cuda_ops::Epilogue epilogue(Activation act) {
   // None still adds the bias when there is one (and accepts none)
-  return act == Activation::ReLU   ? cuda_ops::Epilogue::BiasRelu
-         : act == Activation::GELU ? cuda_ops::Epilogue::BiasGelu
-                                   : cuda_ops::Epilogue::None;
+  switch (act) {
+    case Activation::ReLU: return cuda_ops::Epilogue::BiasRelu;
+    case Activation::GELU: return cuda_ops::Epilogue::BiasGelu;
+    case Activation::GELUTanh: return cuda_ops::Epilogue::BiasGeluTanh;
+    case Activation::None: break;
+  }
+  return cuda_ops::Epilogue::None;
 }
 }  // namespace
 #endif

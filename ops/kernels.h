@@ -17,6 +17,8 @@ enum class UnaryOp : uint8_t {
   PowScalar,  // x ^ p.a
   GeluGrad,   // d gelu / dx
   Sign,
+  GeluTanh,      // gelu(approximate="tanh")
+  GeluTanhGrad,  // its d / dx
 };
 struct UnaryParams {
   double a = 0, b = 0;
@@ -52,13 +54,15 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bia
 
 // Linear + activation in one GEMM (the bias and activation in its epilogue):
 // out = act(x2 @ w^T + bias), x2 [N, in], w [out, in], bias [out] or undefined.
-// `pre`, when defined ([N, out]), receives x2 @ w^T + bias: GELU's backward
-// needs it (ReLU's needs only the output).
-enum class Activation : uint8_t { None, ReLU, GELU };
+// `pre`, when defined ([N, out], contiguous), receives x2 @ w^T + bias: the
+// GELUs' backward needs it (ReLU's needs only the output); undefined when no
+// backward will run. GELU is the exact (erf) form, GELUTanh PyTorch's
+// approximate="tanh", the one cuBLASLt fuses into the GEMM.
+enum class Activation : uint8_t { None, ReLU, GELU, GELUTanh };
 void linear_act(const Tensor& x2, const Tensor& w, const Tensor& bias, Activation act, const Tensor& out,
                 const Tensor& pre);
 // Its backward: gz = g * act'(.), then dx = gz @ w, dw = gz^T @ x2, db = sum(gz, 0)
-// (each of dx, dw, db undefined: not wanted). `saved` is the output for ReLU, `pre` for GELU.
+// (each of dx, dw, db undefined: not wanted). `saved` is the output for ReLU, `pre` for the GELUs.
 void linear_act_backward(const Tensor& g, const Tensor& x2, const Tensor& w, Activation act, const Tensor& saved,
                          const Tensor& dx, const Tensor& dw, const Tensor& db);
 

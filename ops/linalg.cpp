@@ -5,6 +5,7 @@
 // mm/bmm) but still one dispatcher entry, so autocast sees "matmul".
 #include <memory>
 
+#include "autograd/grad_mode.h"
 #include "ops/dispatch.h"
 #include "ops/kernels.h"
 #include "ops/ops.h"
@@ -104,7 +105,7 @@ Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, double beta, 
 // activation) ride in the GEMM's epilogue, and the backward is one call that
 // applies dReLU/dGELU, produces dx and dw, and reduces db.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {
-  static constexpr const char* kNames[] = {"linear", "linear_relu", "linear_gelu"};
+  static constexpr const char* kNames[] = {"linear", "linear_relu", "linear_gelu", "linear_gelu_tanh"};
   const char* name = kNames[static_cast<int>(act)];
   HG_CHECK(weight.dim() == 2, "{}: weight must be 2-d [out_features, in_features], got {}", name, weight.describe());
   HG_CHECK(x.dim() >= 1 && x.shape().back() == weight.shape()[1],
@@ -113,17 +114,23 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activat
   HG_CHECK(!bias.defined() || (bias.dim() == 1 && bias.shape()[0] == weight.shape()[0]),
            "{}: bias {} must be 1-d with out_features = {} elements", name, bias.describe(), weight.shape()[0]);
   check_float(name, x);
-  auto pre = std::make_shared<Tensor>();  // GELU's pre-activation, kept for backward
+  // The GELUs' backward needs the pre-activation z. Only a recorded op keeps
+  // it: without it CUDA's tanh GELU is the GEMM alone (GELU_BIAS, no aux write).
+  const bool gelu_act = act == Activation::GELU || act == Activation::GELUTanh;
+  const bool records = autograd::grad_enabled() && (x.requires_grad() || weight.requires_grad() ||
+                                                    (bias.defined() && bias.requires_grad()));
+  auto pre = std::make_shared<Tensor>();
   return dispatch::call(
       name, {x, weight, bias},
-      [act, name, pre](const std::vector<Tensor>& in) {
+      [act, name, pre, keep_pre = gelu_act && records](const std::vector<Tensor>& in) {
         ops::check_same_dtype(name, in);
         const Tensor& x = in[0];
         const Tensor& w = in[1];
         // [*, in] -> [N, in]
         const Tensor x2 = x.dim() == 2 ? x : x.reshape({-1, x.shape().back()});
         Tensor y = make_tensor({x2.shape()[0], w.shape()[0]}, x.options());
-        if (act == Activation::GELU) *pre = make_tensor(y.shape(), y.options());
+        // contiguous [N, out]: cuBLASLt writes z in the GEMM when out is a multiple of 8
+        if (keep_pre) *pre = make_tensor(y.shape(), y.options());
         kernels::linear_act(gemm_operand(x2), w, in[2], act, y, *pre);
         if (x.dim() == 2) return y;
         Shape out_shape = x.shape();
@@ -138,7 +145,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activat
         const Tensor x2 = gemm_operand(x.dim() == 2 ? x : x.reshape({-1, x.shape().back()}));
         Tensor saved;
         if (act == Activation::ReLU) saved = s.output().reshape(g2.shape());
-        if (act == Activation::GELU) saved = *pre;
+        if (act == Activation::GELU || act == Activation::GELUTanh) {
+          HG_CHECK(pre->defined(), "{}: internal error: the pre-activation was not kept for backward",
+                   s.op);
+          saved = *pre;
+        }
         // only the gradients someone needs (the first layer's input needs none)
         Tensor dx = s.needs_grad[0] ? make_tensor(x2.shape(), g.options()) : Tensor();
         Tensor dw = s.needs_grad[1] ? make_tensor(w.shape(), g.options()) : Tensor();

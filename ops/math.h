@@ -41,6 +41,24 @@ template <typename T> HG_INLINE T gelu_grad(T x) {
   const T pdf = exp_(T(-0.5) * x * x) * T(0.39894228040143267794);
   return cdf + x * pdf;
 }
+// PyTorch's gelu(approximate='tanh'), written as its CPU kernel writes it so
+// the CPU, our CUDA kernels and the GEMM layer's fallback passes round alike.
+// (cuBLASLt's fused GELU epilogues compute the same formula their own way.)
+constexpr double kGeluTanhBeta = 0.79788456080286535588;  // sqrt(2 / pi)
+constexpr double kGeluTanhKappa = 0.044715;
+template <typename T> HG_INLINE T gelu_tanh(T x) {
+  const T inner = T(kGeluTanhBeta) * (x + T(kGeluTanhKappa) * (x * x * x));
+  return T(0.5) * x * (T(1) + tanh_(inner));
+}
+// d gelu_tanh / dx: PyTorch's GeluBackward, tanh branch.
+template <typename T> HG_INLINE T gelu_tanh_grad(T x) {
+  const T x_sq = x * x;
+  const T inner = T(kGeluTanhBeta) * (x + T(kGeluTanhKappa) * (x_sq * x));
+  const T t = tanh_(inner);
+  const T left_derivative = T(0.5) * (T(1) + t);
+  const T inner_derivative = T(kGeluTanhBeta) * (T(1) + T(3) * T(kGeluTanhKappa) * x_sq);
+  return left_derivative + T(0.5) * x * (T(1) - t * t) * inner_derivative;
+}
 template <typename T> HG_INLINE T sigmoid(T x) { return T(1) / (T(1) + exp_(-x)); }
 
 // The per-element functions, one instantiation per op (a compile-time op, so
@@ -64,6 +82,8 @@ HG_INLINE T unary_fn(T x, T a, T b) {
   else if constexpr (Op == UnaryOp::Sqrt) return sqrt_(x);
   else if constexpr (Op == UnaryOp::Gelu) return gelu(x);
   else if constexpr (Op == UnaryOp::GeluGrad) return gelu_grad(x);
+  else if constexpr (Op == UnaryOp::GeluTanh) return gelu_tanh(x);
+  else if constexpr (Op == UnaryOp::GeluTanhGrad) return gelu_tanh_grad(x);
   else if constexpr (Op == UnaryOp::Sigmoid) return sigmoid(x);
   else if constexpr (Op == UnaryOp::Tanh) return tanh_(x);
   else return x;
@@ -110,7 +130,8 @@ constexpr bool unary_supports_int(kernels::UnaryOp op) {
     HG_UNARY_CASE(Neg, F) HG_UNARY_CASE(Exp, F) HG_UNARY_CASE(Log, F) HG_UNARY_CASE(Sqrt, F)          \
     HG_UNARY_CASE(Abs, F) HG_UNARY_CASE(Relu, F) HG_UNARY_CASE(Gelu, F) HG_UNARY_CASE(Sigmoid, F)     \
     HG_UNARY_CASE(Tanh, F) HG_UNARY_CASE(Clamp, F) HG_UNARY_CASE(PowScalar, F)                        \
-    HG_UNARY_CASE(GeluGrad, F) HG_UNARY_CASE(Sign, F)                                                 \
+    HG_UNARY_CASE(GeluGrad, F) HG_UNARY_CASE(Sign, F) HG_UNARY_CASE(GeluTanh, F)                      \
+    HG_UNARY_CASE(GeluTanhGrad, F)                                                                     \
   }
 #define HG_BINARY_CASE(X, F) case ::halfgrad::kernels::BinaryOp::X: return F.template operator()<::halfgrad::kernels::BinaryOp::X>();
 #define HG_ARITH_OP_SWITCH(op, F)                                                                        \

@@ -53,7 +53,9 @@ Tensor log(const Tensor& a);
 Tensor sqrt(const Tensor& a);
 Tensor abs(const Tensor& a);
 Tensor relu(const Tensor& a);
-Tensor gelu(const Tensor& a);  // exact (erf) form, PyTorch's default
+// approximate: "none" (exact erf form, PyTorch's default) or "tanh"
+// (0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the form cuBLASLt fuses into a GEMM).
+Tensor gelu(const Tensor& a, std::string_view approximate = "none");
 Tensor sigmoid(const Tensor& a);
 Tensor tanh(const Tensor& a);
 Tensor clamp(const Tensor& a, std::optional<double> min, std::optional<double> max);
@@ -89,8 +91,9 @@ Tensor bmm(const Tensor& a, const Tensor& b);   // [B,m,k] @ [B,k,n]
 Tensor matmul(const Tensor& a, const Tensor& b);  // 1-d, 2-d and batched, as torch.matmul
 Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, double beta = 1.0, double alpha = 1.0);
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());  // x @ W^T + b
-// Linear followed by an activation, as one op: one GEMM with the bias and the
-// activation in its epilogue (ops "linear_relu", "linear_gelu").
+// Linear followed by an activation, as one op (ops "linear_relu", "linear_gelu",
+// "linear_gelu_tanh"): one GEMM with the bias and the activation in its epilogue;
+// exact GELU (cuBLASLt fuses only the tanh form) is the GEMM then one pass.
 using Activation = kernels::Activation;
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation activation);
 

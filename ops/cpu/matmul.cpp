@@ -42,17 +42,26 @@ namespace {
 Tensor transposed(const Tensor& t) {
   return alias_with(t, {t.shape()[1], t.shape()[0]}, {t.strides()[1], t.strides()[0]}, t.offset());
 }
+
+kernels::UnaryOp gelu_op(kernels::Activation act, bool grad) {
+  if (act == kernels::Activation::GELUTanh) return grad ? kernels::UnaryOp::GeluTanhGrad : kernels::UnaryOp::GeluTanh;
+  return grad ? kernels::UnaryOp::GeluGrad : kernels::UnaryOp::Gelu;
+}
 }  // namespace
 
-// Linear + activation: ReLU rides in oneDNN's epilogue (a post-op); GELU
-// keeps the pre-activation for backward, so it is the GEMM then one pass.
+// Linear + activation: ReLU rides in oneDNN's epilogue (a post-op). The
+// GELUs are the GEMM (bias included) then one pass of the shared math, as
+// PyTorch's CPU path: backward needs the pre-activation, so the GEMM writes it
+// to `pre` when given (else to `out`, activated in place).
+
 void linear_act(const Tensor& x2, const Tensor& w, const Tensor& bias, kernels::Activation act, const Tensor& out,
                 const Tensor& pre) {
   using kernels::Activation;
   const Tensor wt = transposed(w);
-  if (act == Activation::GELU) {
-    cpu::gemm(x2, wt, pre, bias, 0.f);
-    cpu::unary(kernels::UnaryOp::Gelu, pre, out, {});
+  if (act == Activation::GELU || act == Activation::GELUTanh) {
+    const Tensor& z = pre.defined() ? pre : out;
+    cpu::gemm(x2, wt, z, bias, 0.f);
+    cpu::unary(gelu_op(act, false), z, out, {});
     return;
   }
   cpu::gemm(x2, wt, out, bias, 0.f, act == Activation::ReLU);
@@ -68,7 +77,7 @@ void linear_act_backward(const Tensor& g, const Tensor& x2, const Tensor& w, ker
     if (act == Activation::ReLU) {
       cpu::binary(kernels::BinaryOp::ReluBackward, g, saved, gz, 1.0);
     } else {
-      cpu::unary(kernels::UnaryOp::GeluGrad, saved, gz, {});
+      cpu::unary(gelu_op(act, true), saved, gz, {});
       cpu::binary(kernels::BinaryOp::Mul, g, gz, gz, 1.0);
     }
   }

@@ -47,8 +47,8 @@ enum class Epilogue : uint8_t {
   BiasGelu,      // y = gelu(z), the exact erf GELU of hg::gelu and the CPU backend. cuBLASLt's
                  // GELU epilogue is the tanh approximation, so this is the GEMM (bias in its
                  // epilogue) and one elementwise pass: fusing would silently change the numbers
-  BiasGeluTanh,  // y = gelu_tanh(z) (PyTorch's approximate='tanh'): cuBLASLt's GELU_BIAS /
-                 // GELU_AUX_BIAS epilogue, one GEMM. Not what hg::gelu computes.
+  BiasGeluTanh,  // y = gelu_tanh(z) (hg::gelu(x, "tanh"), Activation::GELUTanh): cuBLASLt's
+                 // GELU_BIAS / GELU_AUX_BIAS epilogue, one GEMM
 };
 
 // A buffer for the ReLU bit mask that cuBLASLt's RELU_AUX_BIAS epilogue writes
@@ -100,12 +100,14 @@ struct InputActivation {
 // undefined (not needed); all in grad's dtype. grad may have any strides.
 //
 // Intended use by the op layer (kernels::linear_act / linear_act_backward on CUDA):
-//   forward:  epi = {None, ReLU, GELU} -> {None, BiasRelu, BiasGelu};
-//             pre = GELU ? make_tensor({N, out}) : Tensor();
+//   forward:  epi = {None, ReLU, GELU, GELUTanh} -> {None, BiasRelu, BiasGelu, BiasGeluTanh};
+//             pre = a GELU and backward wanted ? make_tensor({N, out}) : Tensor();
 //             linear_forward(x2, w, b, epi, y, pre);            // save x2, w, (y | pre)
 //   backward: linear_backward_epilogue(g, x2, w, epi, ReLU ? y : pre, dx, dw, db);
-//   Per layer that is: one GEMM forward (plus one pass for exact GELU), and in
-//   backward one pass for gz and two GEMMs, db costing nothing extra.
+//   Per layer that is: one GEMM forward (plus one pass for exact GELU, or for tanh
+//   GELU when out_features is not a multiple of 8), and in backward one pass for gz
+//   and two GEMMs, db costing nothing extra. (DGELU needs the next layer's dx GEMM:
+//   the chain fusion below, which no op uses yet.)
 // Chain fusion (a Sequential of Linear+act layers run as one autograd node, optional):
 //   forward of layer i:  mask_i = make_relu_mask(N, out_i) (or z_i for GeluTanh);
 //                        linear_forward(h_{i-1}, W_i, b_i, BiasRelu, h_i, mask_i)

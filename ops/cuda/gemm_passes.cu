@@ -1,6 +1,6 @@
 // The elementwise passes of the GEMM layer (ops/cuda/gemm_passes.h): strided
 // [batch][rows][cols] views, grid-stride kernels, the shared per-element math
-// of ops/math.h (and PyTorch's tanh GELU, which only cuBLASLt's epilogue uses).
+// of ops/math.h (the same exact and tanh GELU that hg::gelu runs on the CPU).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -17,25 +17,11 @@ namespace {
 
 using cuda::stream;
 
-// PyTorch's gelu(approximate='tanh') and its derivative (GeluBackward's tanh branch).
-template <typename T>
-HG_INLINE T gelu_tanh(T x) {
-  const T inner = T(0.79788456080286535588) * (x + T(0.044715) * x * x * x);  // sqrt(2/pi) (x + k x^3)
-  return T(0.5) * x * (T(1) + math::tanh_(inner));
-}
-template <typename T>
-HG_INLINE T gelu_tanh_grad(T x) {
-  const T kBeta = T(0.79788456080286535588), kKappa = T(0.044715);
-  const T t = math::tanh_(kBeta * (x + kKappa * x * x * x));
-  const T d_inner = kBeta * (T(1) + T(3) * kKappa * x * x);
-  return T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * d_inner;
-}
-
 template <Act A, typename T>
 HG_INLINE T activate(T x) {
   if constexpr (A == Act::Relu) return math::unary_fn<kernels::UnaryOp::Relu>(x, T(0), T(0));
   else if constexpr (A == Act::GeluErf) return math::gelu(x);
-  else if constexpr (A == Act::GeluTanh) return gelu_tanh(x);
+  else if constexpr (A == Act::GeluTanh) return math::gelu_tanh(x);
   else return x;
 }
 
@@ -44,7 +30,7 @@ template <Act A, typename T>
 HG_INLINE T activate_backward(T grad, T s) {
   if constexpr (A == Act::Relu) return math::binary_fn<kernels::BinaryOp::ReluBackward>(grad, s, T(1));
   else if constexpr (A == Act::GeluErf) return grad * math::gelu_grad(s);
-  else if constexpr (A == Act::GeluTanh) return grad * gelu_tanh_grad(s);
+  else if constexpr (A == Act::GeluTanh) return grad * math::gelu_tanh_grad(s);
   else return grad;
 }
 

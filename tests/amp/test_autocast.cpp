@@ -40,6 +40,7 @@ TEST_CASE("CPU autocast: every op of our CPU table runs in its policy's dtype", 
     CHECK(hg::stack({logits, logits.to(hg::float32)}, 0).dtype() == hg::float32);
     // no row: the inputs' dtypes (relu stays low, add promotes as usual)
     CHECK(hg::relu(logits).dtype() == low);
+    CHECK(hg::gelu(logits, "tanh").dtype() == low);
     CHECK(hg::add(logits, logits.to(hg::float32)).dtype() == hg::float32);
     // CPU softmax has no row on the CPU list (it does on CUDA's)
     CHECK(hg::softmax(logits, 1).dtype() == low);
@@ -57,6 +58,12 @@ TEST_CASE("The CUDA table has PyTorch's rows for the ops we have", "[amp]") {
   CHECK(hg::amp::lookup_policy(DeviceType::CUDA, "binary_cross_entropy") == CastPolicy::Banned);
   CHECK(hg::amp::lookup_policy(DeviceType::CPU, "binary_cross_entropy") == CastPolicy::Fp32);
   CHECK_FALSE(hg::amp::lookup_policy(DeviceType::CUDA, "relu").has_value());
+  // Linear+activation ops take linear's row; gelu (either form) has none, as in PyTorch
+  for (DeviceType d : {DeviceType::CUDA, DeviceType::CPU}) {
+    for (const char* op : {"linear_relu", "linear_gelu", "linear_gelu_tanh"})
+      CHECK(hg::amp::lookup_policy(d, op) == CastPolicy::LowerPrecision);
+    CHECK_FALSE(hg::amp::lookup_policy(d, "gelu").has_value());
+  }
   CHECK_FALSE(hg::amp::lookup_policy(DeviceType::CPU, "exp").has_value());
   const std::string md = hg::amp::policy_markdown();
   CHECK_THAT(md, Catch::Matchers::Contains("### CUDA") && Catch::Matchers::Contains("`linear`"));

@@ -80,6 +80,7 @@ TEST_CASE("backward of elementwise ops in float32, float16 and bfloat16", "[auto
       {"abs", f1([](auto& x) { return abs(x); }), {{{3, 5}, 0.25, 2, true}}},
       {"relu", f1([](auto& x) { return relu(x); }), {{{3, 5}, 0.25, 2, true}}},
       {"gelu", f1([](auto& x) { return gelu(x); }), {{{3, 5}, -3, 3}}},
+      {"gelu tanh", f1([](auto& x) { return gelu(x, "tanh"); }), {{{3, 5}, -3, 3}}},
       {"sigmoid", f1([](auto& x) { return sigmoid(x); }), {{{3, 5}, -4, 4}}},
       {"tanh", f1([](auto& x) { return tanh(x); }), {{{3, 5}}}},
       {"pow(x, 2)", f1([](auto& x) { return pow(x, 2.0); }), {{{3, 5}}}},

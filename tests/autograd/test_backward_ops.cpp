@@ -51,6 +51,8 @@ TEST_CASE("backward of unary ops", "[autograd][gradcheck]") {
       {"abs", unary([](auto& x) { return abs(x); }), {leaf_away({3, 4})}},
       {"relu", unary([](auto& x) { return relu(x); }), {leaf_away({3, 4})}},
       {"gelu", unary([](auto& x) { return gelu(x); }), {leaf({3, 4}, -3, 3)}},
+      {"gelu tanh", unary([](auto& x) { return gelu(x, "tanh"); }), {leaf({3, 4}, -3, 3)}},
+      {"gelu tanh, wide range", unary([](auto& x) { return gelu(x, "tanh"); }), {leaf({3, 4}, -6, 6)}},
       {"sigmoid", unary([](auto& x) { return sigmoid(x); }), {leaf({3, 4}, -4, 4)}},
       {"tanh", unary([](auto& x) { return tanh(x); }), {leaf({3, 4})}},
       {"pow(x, 2)", unary([](auto& x) { return pow(x, 2.0); }), {leaf({3, 4})}},
@@ -69,6 +71,7 @@ TEST_CASE("backward of unary ops", "[autograd][gradcheck]") {
       {"x * x (same tensor twice)", unary([](auto& x) { return mul(x, x); }), {leaf({3, 4})}},
       {"exp on a strided leaf", unary([](auto& x) { return exp(x); }), {strided_leaf({3, 4})}},
       {"gelu on a strided leaf", unary([](auto& x) { return gelu(x); }), {strided_leaf({4, 3})}},
+      {"gelu tanh on a strided leaf", unary([](auto& x) { return gelu(x, "tanh"); }), {strided_leaf({4, 3})}},
       {"0-d", unary([](auto& x) { return tanh(x); }), {leaf({})}},
   });
 }

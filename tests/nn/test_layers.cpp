@@ -143,6 +143,11 @@ TEST_CASE("Activation modules match their functions", "[nn]") {
   const hg::Tensor x = hg::randn({3, 4});
   CHECK(values(hg::nn::ReLU()(x)) == values(hg::relu(x)));
   CHECK(values(hg::nn::GELU()(x)) == values(hg::gelu(x)));
+  CHECK(values(hg::nn::GELU("tanh")(x)) == values(hg::gelu(x, "tanh")));
+  CHECK(values(hg::nn::GELU("tanh")(x)) != values(hg::gelu(x)));
+  CHECK(hg::nn::GELU().repr() == "GELU(approximate='none')");  // PyTorch's repr
+  CHECK(hg::nn::GELU("tanh").repr() == "GELU(approximate='tanh')");
+  CHECK_THROWS_WITH(hg::nn::GELU("erf"), Contains("GELU") && Contains("\"erf\"") && Contains("\"tanh\""));
   CHECK(values(hg::nn::Sigmoid()(x)) == values(hg::sigmoid(x)));
   CHECK(values(hg::nn::Tanh()(x)) == values(hg::tanh(x)));
   CHECK_THROWS_WITH(hg::nn::Dropout(1.5), Contains("[0, 1]"));

@@ -48,7 +48,10 @@ std::vector<DType> float_and_int() {
 }
 
 // The CUDA result against the CPU result of the same op on the same values.
-void expect_same(const Tensor& gpu, const Tensor& cpu, const std::string& what, bool exact = false) {
+// `tolerance` > 0 replaces the dtype's (cuBLASLt's fused tanh GELU may use
+// the hardware tanh, ~2^-11 relative).
+void expect_same(const Tensor& gpu, const Tensor& cpu, const std::string& what, bool exact = false,
+                 double tolerance = 0) {
   INFO(what);
   REQUIRE(gpu.defined());
   REQUIRE(cpu.defined());
@@ -60,7 +63,7 @@ void expect_same(const Tensor& gpu, const Tensor& cpu, const std::string& what, 
   if (exact || !hg::is_floating(cpu.dtype())) {
     HG_CHECK_EXACT(back, ref);
   } else {
-    HG_CHECK_CLOSE(back, ref);
+    HG_CHECK_CLOSE_TOL(back, ref, tolerance > 0 ? tolerance : hgtest::tol(cpu.dtype()));
   }
 }
 
@@ -117,6 +120,7 @@ std::vector<UnaryCase> unary_cases() {
       {"abs", [](const Tensor& x) { return hg::abs(x); }, -2, 2},
       {"relu", [](const Tensor& x) { return hg::relu(x); }, -2, 2},
       {"gelu", [](const Tensor& x) { return hg::gelu(x); }, -3, 3},
+      {"gelu tanh", [](const Tensor& x) { return hg::gelu(x, "tanh"); }, -3, 3},
       {"sigmoid", [](const Tensor& x) { return hg::sigmoid(x); }, -4, 4},
       {"tanh", [](const Tensor& x) { return hg::tanh(x); }, -2, 2},
       {"pow 2", [](const Tensor& x) { return hg::pow(x, 2.0); }, -2, 2},
@@ -730,6 +734,10 @@ TEST_CASE("CUDA matrix products: mm, bmm, matmul, addmm, linear", "[cuda][ops][l
     for (auto act : {hg::Activation::ReLU, hg::Activation::GELU})
       expect_same(hg::linear(dev(x), dev(lw), dev(bias), act), hg::linear(x, lw, bias, act),
                   "linear with activation " + std::to_string(static_cast<int>(act)) + " " + dn(dt));
+    // no grad: cuBLASLt's GELU_BIAS epilogue whatever the width (23 here)
+    expect_same(hg::linear(dev(x), dev(lw), dev(bias), hg::Activation::GELUTanh),
+                hg::linear(x, lw, bias, hg::Activation::GELUTanh), "linear with tanh GELU " + dn(dt), false,
+                std::max(hgtest::tol(dt), 1e-3));
   }
 }
 
@@ -739,8 +747,9 @@ namespace {
 using Expr = std::function<Tensor(const std::vector<Tensor>& leaves, hg::Device device)>;
 
 // Runs expr on CPU leaves and on CUDA leaves holding the same values;
-// compares the results and every leaf's gradient.
-void check_backward(const std::string& name, const std::vector<Tensor>& inputs, const Expr& expr) {
+// compares the results (within value_tol when > 0) and every leaf's gradient.
+void check_backward(const std::string& name, const std::vector<Tensor>& inputs, const Expr& expr,
+                    double value_tol = 0) {
   std::vector<Tensor> lc, lg;
   for (const Tensor& t : inputs) {
     const Tensor c = leaf_on(t, kCpu), g = leaf_on(t, kCuda);
@@ -748,7 +757,7 @@ void check_backward(const std::string& name, const std::vector<Tensor>& inputs, 
     lg.push_back(g);
   }
   const Tensor yc = expr(lc, kCpu), yg = expr(lg, kCuda);
-  expect_same(yg, yc, name + " value");
+  expect_same(yg, yc, name + " value", false, value_tol);
   yc.backward();
   yg.backward();
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -774,6 +783,20 @@ TEST_CASE("CUDA gradients of composite expressions match the CPU", "[cuda][backw
                      return hg::mse_loss(hg::linear(p[0], p[1], p[2], hg::Activation::GELU), p[3]);
                    });
 
+    // tanh GELU: out_features 16 lets cuBLASLt write z in the GEMM (GELU_AUX_BIAS),
+    // 12 takes the fallback (GEMM with bias, then one pass). dL/dy = gy (not a
+    // leaf) does not depend on y, so only the value needs cuBLASLt's tanh
+    // tolerance; the gradients come from z and our dGELU pass.
+    for (int64_t features : {16, 12}) {
+      const Tensor gy = u({10, features});
+      check_backward("fused linear+gelu tanh, out_features " + std::to_string(features) + " " + dn(dt),
+                     {u({10, 12}), u({features, 12}), u({features})},
+                     [&](const std::vector<Tensor>& p, hg::Device d) {
+                       return hg::sum(hg::linear(p[0], p[1], p[2], hg::Activation::GELUTanh) * gy.to(d));
+                     },
+                     std::max(hgtest::tol(dt), 1e-3));
+    }
+
     check_backward("broadcast elementwise chain " + dn(dt), {u({8, 16}), u({16}, 0.5, 1.5)},
                    [&](const std::vector<Tensor>& p, hg::Device) {
                      const Tensor &x = p[0], &z = p[1];
@@ -792,7 +815,7 @@ TEST_CASE("CUDA gradients of composite expressions match the CPU", "[cuda][backw
                      const Tensor &x = p[0], &z = p[1];
                      return hg::add(hg::max(x, 1).sum(), hg::pow(hg::mean(x, {0}), 2.0).sum()) +
                             hg::where(hg::gt(x, 0.0), x, x * 0.1).sum() + hg::clamp(x, -0.5, 0.5).sum() +
-                            hg::gelu(z).sum() + hg::maximum(x, z).sum() + hg::minimum(x, z).mean() + hg::max(z) +
+                            hg::gelu(z).sum() + hg::gelu(x, "tanh").sum() + hg::maximum(x, z).sum() + hg::minimum(x, z).mean() + hg::max(z) +
                             hg::abs(z).sum({1}, true).mean();
                    });
 

@@ -47,6 +47,10 @@ Tensor input(Layout l, DType dt, Range r) {
 }
 
 double gelu_ref(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+// PyTorch's approximate="tanh", with sqrt(2/pi) computed here rather than copied.
+double gelu_tanh_ref(double x) {
+  return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
 
 struct UnaryCase {
   std::string name;
@@ -65,6 +69,8 @@ std::vector<UnaryCase> unary_cases() {
       {"abs", [](const Tensor& x) { return abs(x); }, [](double x) { return std::fabs(x); }, {}},
       {"relu", [](const Tensor& x) { return relu(x); }, [](double x) { return x > 0 ? x : 0.0; }, {}},
       {"gelu", [](const Tensor& x) { return gelu(x); }, gelu_ref, {-3, 3}},
+      {"gelu tanh", [](const Tensor& x) { return gelu(x, "tanh"); }, gelu_tanh_ref, {-3, 3}},
+      {"gelu tanh, saturated tails", [](const Tensor& x) { return gelu(x, "tanh"); }, gelu_tanh_ref, {-9, 9}},
       {"sigmoid", [](const Tensor& x) { return sigmoid(x); }, [](double x) { return 1 / (1 + std::exp(-x)); },
        {-4, 4}},
       {"tanh", [](const Tensor& x) { return tanh(x); }, [](double x) { return std::tanh(x); }, {-3, 3}},
@@ -120,9 +126,23 @@ TEST_CASE("unary ops on 0-d and empty tensors", "[ops][elementwise]") {
   CHECK(exp(s).dim() == 0);
   CHECK(exp(s).item<double>() == Approx(std::exp(0.5)).epsilon(1e-15));
   CHECK(gelu(s).item<double>() == Approx(gelu_ref(0.5)).epsilon(1e-15));
+  CHECK(gelu(s, "tanh").item<double>() == Approx(gelu_tanh_ref(0.5)).epsilon(1e-15));
   const Tensor e = zeros({0, 3});
   CHECK(exp(e).shape() == Shape{0, 3});
   CHECK(add(e, e).numel() == 0);
+}
+
+TEST_CASE("gelu's two forms differ, and a bad approximate names the op and the accepted values",
+          "[ops][elementwise][errors]") {
+  // The forms differ by up to ~5e-4 (near |x| = 2.7): float64 tells them apart.
+  const Tensor x = hgtest::uniform({64}, float64, -3, 3);
+  HG_CHECK_CLOSE(gelu(x, "none"), values(gelu(x)));
+  const auto c = hgtest::compare(gelu(x, "tanh"), hgtest::map1(values(x), gelu_ref));
+  CHECK_FALSE(c.ok);
+  REQUIRE_THROWS_AS(gelu(x, "exact"), Error);
+  REQUIRE_THROWS_WITH(gelu(x, "exact"),
+                      Contains("gelu") && Contains("\"exact\"") && Contains("\"none\"") && Contains("\"tanh\""));
+  REQUIRE_THROWS_WITH(gelu(x, "Tanh"), Contains("\"Tanh\""));  // case matters, as in PyTorch
 }
 
 TEST_CASE("int64 unary ops: neg, abs, relu, clamp with both bounds", "[ops][elementwise][int64]") {
