@@ -15,12 +15,14 @@ namespace halfgrad::amp {
 namespace {
 
 using P = CastPolicy;
-// The fused Linear+activation ops are linear then an activation with no row
-// (it runs in linear's dtype), so they take linear's row.
+// The fused Linear+activation ops (and linear_chain, a run of them) are linear
+// then an activation with no row (it runs in linear's dtype), so they take
+// linear's row.
 const char* const kFused = "halfgrad's Linear+activation: one GEMM with the activation in its epilogue, as linear";
 const char* const kFusedGelu = "halfgrad's Linear+GELU (exact): the GEMM, then one GELU pass, as linear";
 const char* const kFusedGeluTanh =
     "halfgrad's Linear+GELU (tanh): one GEMM with the GELU in its epilogue on CUDA, as linear";
+const char* const kChain = "halfgrad's Linear+activation layers as one op (nn::Sequential's runs of them), as linear";
 const char* const kViaDtype = "fp32 through the op's dtype argument: inputs are not cast, the output is float32";
 
 struct Builtin {
@@ -43,7 +45,7 @@ const std::vector<Builtin> kCuda = {
   {"gru_cell", P::LowerPrecision}, {"rnn_tanh_cell", P::LowerPrecision}, {"rnn_relu_cell", P::LowerPrecision},
   {"scaled_dot_product_attention", P::LowerPrecision},
   {"linear_relu", P::LowerPrecision, kFused}, {"linear_gelu", P::LowerPrecision, kFusedGelu},
-  {"linear_gelu_tanh", P::LowerPrecision, kFusedGeluTanh},
+  {"linear_gelu_tanh", P::LowerPrecision, kFusedGeluTanh}, {"linear_chain", P::LowerPrecision, kChain},
   // fp32: ops whose range or precision float16 cannot carry
   {"acos", P::Fp32}, {"asin", P::Fp32}, {"cosh", P::Fp32}, {"erfinv", P::Fp32}, {"exp", P::Fp32},
   {"expm1", P::Fp32}, {"log", P::Fp32}, {"log10", P::Fp32}, {"log2", P::Fp32}, {"log1p", P::Fp32},
@@ -82,7 +84,7 @@ const std::vector<Builtin> kCpu = {
   {"conv_transpose3d", P::LowerPrecision}, {"prelu", P::LowerPrecision},
   {"scaled_dot_product_attention", P::LowerPrecision},
   {"linear_relu", P::LowerPrecision, kFused}, {"linear_gelu", P::LowerPrecision, kFusedGelu},
-  {"linear_gelu_tanh", P::LowerPrecision, kFusedGeluTanh},
+  {"linear_gelu_tanh", P::LowerPrecision, kFusedGeluTanh}, {"linear_chain", P::LowerPrecision, kChain},
   // fp32: the losses
   {"mse_loss", P::Fp32}, {"nll_loss", P::Fp32}, {"cross_entropy", P::Fp32}, {"l1_loss", P::Fp32},
   {"smooth_l1_loss", P::Fp32}, {"huber_loss", P::Fp32}, {"kl_div", P::Fp32}, {"binary_cross_entropy", P::Fp32},

@@ -13,27 +13,57 @@ void Sequential::append(Module* m, std::function<Tensor(const Tensor&)> step, st
   steps_.push_back(std::move(step));
 }
 
-// A Linear followed by a ReLU or GELU runs as one fused op (one GEMM with the
-// bias and activation in its epilogue; GELU("tanh") is the form cuBLASLt
-// fuses); the modules, their names and the state dict stay exactly as registered.
+namespace {
+// The activation module `m` is, as a fused op's Activation (None: not one).
+Activation activation_of(const Module* m) {
+  if (dynamic_cast<const ReLU*>(m)) return Activation::ReLU;
+  const auto* gelu = dynamic_cast<const GELU*>(m);
+  if (!gelu) return Activation::None;
+  return gelu->approximate == "tanh" ? Activation::GELUTanh : Activation::GELU;
+}
+}  // namespace
+
+// Runs of Linear layers are fused; the modules, their names and the state dict
+// stay exactly as registered. A Linear followed by a ReLU, GELU() or
+// GELU("tanh") module (or built with that activation) is one op, one GEMM with
+// the bias and activation in its epilogue; two or more such layers in a row
+// (the last one's activation optional) are one linear_chain, whose backward
+// can fuse each hidden layer's dReLU/dGELU into the next layer's dx GEMM.
 Tensor Sequential::forward(const Tensor& x) const {
   Tensor y = x;
-  for (size_t i = 0; i < steps_.size(); ++i) {
-    const auto* lin = dynamic_cast<const Linear*>(modules_[i]);
-    if (lin && lin->activation == Activation::None && i + 1 < modules_.size()) {
-      const Module* next = modules_[i + 1];
-      const auto* gelu = dynamic_cast<const GELU*>(next);
-      const Activation act = dynamic_cast<const ReLU*>(next) ? Activation::ReLU
-                             : !gelu                         ? Activation::None
-                             : gelu->approximate == "tanh"   ? Activation::GELUTanh
-                                                             : Activation::GELU;
-      if (act != Activation::None) {
-        y = lin->forward(y, act);
-        ++i;
-        continue;
+  for (size_t i = 0; i < steps_.size();) {
+    // the longest run of Linear layers starting at i, each but the last activated
+    std::vector<const Linear*> layers;
+    std::vector<Activation> acts;
+    size_t end = i;
+    while (end < modules_.size()) {
+      const auto* lin = dynamic_cast<const Linear*>(modules_[end]);
+      if (!lin) break;
+      Activation act = lin->activation;
+      ++end;
+      if (act == Activation::None && end < modules_.size()) {
+        act = activation_of(modules_[end]);
+        if (act != Activation::None) ++end;
       }
+      layers.push_back(lin);
+      acts.push_back(act);
+      if (act == Activation::None) break;
     }
-    y = steps_[i](y);
+    if (layers.size() >= 2) {
+      std::vector<Tensor> weights, biases;
+      for (const Linear* lin : layers) {
+        weights.push_back(lin->weight);
+        biases.push_back(lin->bias);
+      }
+      y = linear_chain(y, weights, biases, acts);
+      i = end;
+    } else if (layers.size() == 1 && end == i + 2) {  // Linear + activation module: one op
+      y = layers[0]->forward(y, acts[0]);
+      i = end;
+    } else {
+      y = steps_[i](y);
+      ++i;
+    }
   }
   return y;
 }

@@ -107,6 +107,39 @@ void linear_act_backward(const Tensor& g, const Tensor& x2, const Tensor& w, Act
              cuda_ops::linear_backward_epilogue(g, x2, w, epilogue(act), saved, dx, dw, db));
 }
 
+#if HALFGRAD_WITH_CUDA
+namespace {
+std::vector<cuda_ops::Epilogue> epilogues(const std::vector<Activation>& act) {
+  std::vector<cuda_ops::Epilogue> e;
+  for (Activation a : act) e.push_back(epilogue(a));
+  return e;
+}
+}  // namespace
+#endif
+
+std::vector<Tensor> linear_chain(const std::vector<Tensor>& h, const std::vector<Tensor>& w,
+                                 const std::vector<Tensor>& b, const std::vector<Activation>& act, bool keep) {
+  std::vector<Tensor> saved;
+  HG_BACKEND(h[0], saved = cpu::linear_chain(h, w, b, act, keep),
+             saved = cuda_ops::linear_chain(h, w, b, epilogues(act), keep));
+  return saved;
+}
+
+void linear_chain_backward(const Tensor& g, const std::vector<Tensor>& h, const std::vector<Tensor>& w,
+                           const std::vector<Activation>& act, const std::vector<Tensor>& saved, const Tensor& dx,
+                           const std::vector<Tensor>& dw, const std::vector<Tensor>& db) {
+  HG_BACKEND(g, cpu::linear_chain_backward(g, h, w, act, saved, dx, dw, db),
+             cuda_ops::linear_chain_backward(g, h, w, epilogues(act), saved, dx, dw, db));
+}
+
+int64_t linear_chain_lowest(const Tensor& dx, const std::vector<Tensor>& dw, const std::vector<Tensor>& db) {
+  if (dx.defined()) return -1;
+  const int64_t layers = static_cast<int64_t>(dw.size());
+  for (int64_t i = 0; i < layers; ++i)
+    if (dw[i].defined() || db[i].defined()) return i;
+  return layers;
+}
+
 void softmax(const Tensor& in, const Tensor& out, bool log) {
   HG_BACKEND(in, cpu::softmax(in, out, log), cuda_ops::softmax(in, out, log));
 }

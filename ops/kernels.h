@@ -66,6 +66,24 @@ void linear_act(const Tensor& x2, const Tensor& w, const Tensor& bias, Activatio
 void linear_act_backward(const Tensor& g, const Tensor& x2, const Tensor& w, Activation act, const Tensor& saved,
                          const Tensor& dx, const Tensor& dw, const Tensor& db);
 
+// A chain of Linear layers as one op (linear_chain): h[i+1] = act[i](h[i] @ w[i]^T + b[i]).
+// h holds layers + 1 tensors: h[0] = x2 [N, in], h[i+1] [N, out_i] contiguous, filled here.
+// With `keep` (a backward will run) returns, per layer, what its backward needs besides h:
+// z for the GELUs and, on CUDA, cuBLASLt's ReLU bit mask for a hidden ReLU layer. That is
+// the backend's own state (the one thing a kernel allocates): pass it back unchanged.
+std::vector<Tensor> linear_chain(const std::vector<Tensor>& h, const std::vector<Tensor>& w,
+                                 const std::vector<Tensor>& b, const std::vector<Activation>& act, bool keep);
+// Its backward, top down, from g = dL/dh[layers]: dx = dL/dh[0], dw[i], db[i] (each undefined:
+// not wanted). h[layers] is read only for a ReLU on the last layer. Layers below the lowest
+// wanted gradient do no work (their h[i] and w[i] may be undefined). On CUDA each hidden
+// layer's dReLU/dGELU and bias gradient ride in the epilogue of the dx GEMM of the layer above.
+void linear_chain_backward(const Tensor& g, const std::vector<Tensor>& h, const std::vector<Tensor>& w,
+                           const std::vector<Activation>& act, const std::vector<Tensor>& saved, const Tensor& dx,
+                           const std::vector<Tensor>& dw, const std::vector<Tensor>& db);
+// Where that backward stops: -1 when dx is wanted, else the lowest layer with a wanted dw or
+// db (the layer count when none is). Layer i computes its input gradient only when i > this.
+int64_t linear_chain_lowest(const Tensor& dx, const std::vector<Tensor>& dw, const std::vector<Tensor>& db);
+
 // Softmax over the last dim of a contiguous tensor (log: log-softmax).
 void softmax(const Tensor& in, const Tensor& out, bool log);
 // grad_in from grad_out and the forward output y: softmax: y * (g - sum(g*y));

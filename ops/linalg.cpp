@@ -16,20 +16,12 @@ namespace halfgrad {
 using dispatch::Grads;
 using dispatch::Save;
 using dispatch::Saved;
+using ops::gemm_operand;
 
 namespace {
 void check_float(std::string_view op, const Tensor& t) {
   HG_CHECK(is_floating(t.dtype()), "{}: expected a floating tensor, got {}. Cast it first, e.g. .to(float32).", op,
            t.describe());
-}
-
-// A view whose innermost stride is 1 or whose row stride is 1 (what the GEMM
-// takes without copying); anything else is made contiguous first.
-Tensor gemm_operand(const Tensor& t) {
-  const int64_t n = t.dim();
-  const bool rows_ok = t.strides()[n - 1] == 1 || t.shape()[n - 1] == 1;
-  const bool cols_ok = t.strides()[n - 2] == 1 || t.shape()[n - 2] == 1;
-  return rows_ok || cols_ok ? t : t.contiguous();
 }
 
 Tensor gemm_new(const Tensor& a, const Tensor& b, const Shape& shape, const Tensor& bias = Tensor()) {

@@ -96,6 +96,15 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor
 // exact GELU (cuBLASLt fuses only the tanh form) is the GEMM then one pass.
 using Activation = kernels::Activation;
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation activation);
+// A chain of Linear layers as one op ("linear_chain", one autograd node):
+// h = activations[i](linear(h, weights[i], biases[i])) for each layer i in turn.
+// biases[i] may be undefined (no bias); activations[i] may be None. On CUDA each
+// layer is one GEMM with its bias and activation in the epilogue, and backward
+// applies each hidden layer's dReLU/dGELU and bias gradient in the epilogue of the
+// layer above's dx GEMM (no elementwise pass for ReLU and tanh GELU).
+// nn::Sequential runs Linear + ReLU/GELU runs of two or more layers this way.
+Tensor linear_chain(const Tensor& x, const std::vector<Tensor>& weights, const std::vector<Tensor>& biases,
+                    const std::vector<Activation>& activations);
 
 // PyTorch's torch.set_float32_matmul_precision: "highest" (the default) keeps
 // float32 GEMMs exact; "high" or "medium" let CUDA use TF32 tensor cores

@@ -71,4 +71,13 @@ void check_same_dtype(std::string_view op, const std::vector<Tensor>& inputs) {
   }
 }
 
+// A view whose innermost stride is 1 or whose row stride is 1 (what the GEMM
+// takes without copying); anything else is made contiguous first.
+Tensor gemm_operand(const Tensor& t) {
+  const int64_t n = t.dim();
+  const bool rows_ok = t.strides()[n - 1] == 1 || t.shape()[n - 1] == 1;
+  const bool cols_ok = t.strides()[n - 2] == 1 || t.shape()[n - 2] == 1;
+  return rows_ok || cols_ok ? t : t.contiguous();
+}
+
 }  // namespace halfgrad::ops

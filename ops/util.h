@@ -19,5 +19,8 @@ Tensor scalar_tensor(double value, DType dtype, Device device);
 // The one-dtype rule for ops like matmul and linear: all floating inputs must
 // share a dtype outside autocast. The message names the op and suggests autocast.
 void check_same_dtype(std::string_view op, const std::vector<Tensor>& inputs);
+// `t` if the GEMM takes it without a copy (its innermost or its row stride is 1),
+// else a contiguous copy.
+Tensor gemm_operand(const Tensor& t);
 
 }  // namespace halfgrad::ops

@@ -15,6 +15,11 @@ void linear_act(const Tensor& x2, const Tensor& w, const Tensor& bias, kernels::
                 const Tensor& pre);
 void linear_act_backward(const Tensor& g, const Tensor& x2, const Tensor& w, kernels::Activation act,
                          const Tensor& saved, const Tensor& dx, const Tensor& dw, const Tensor& db);
+std::vector<Tensor> linear_chain(const std::vector<Tensor>& h, const std::vector<Tensor>& w,
+                                 const std::vector<Tensor>& b, const std::vector<kernels::Activation>& act, bool keep);
+void linear_chain_backward(const Tensor& g, const std::vector<Tensor>& h, const std::vector<Tensor>& w,
+                           const std::vector<kernels::Activation>& act, const std::vector<Tensor>& saved,
+                           const Tensor& dx, const std::vector<Tensor>& dw, const std::vector<Tensor>& db);
 void softmax(const Tensor& in, const Tensor& out, bool log);
 void softmax_backward(const Tensor& grad_out, const Tensor& y, const Tensor& grad_in, bool log);
 void nll_loss(const Tensor& logp, const Tensor& target, const Tensor& out, int64_t ignore_index, const char* op);

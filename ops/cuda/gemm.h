@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -107,8 +108,9 @@ struct InputActivation {
 //   Per layer that is: one GEMM forward (plus one pass for exact GELU, or for tanh
 //   GELU when out_features is not a multiple of 8), and in backward one pass for gz
 //   and two GEMMs, db costing nothing extra. (DGELU needs the next layer's dx GEMM:
-//   the chain fusion below, which no op uses yet.)
-// Chain fusion (a Sequential of Linear+act layers run as one autograd node, optional):
+//   the chain fusion below.)
+// Chain fusion (a run of Linear+act layers as one autograd node: op linear_chain,
+// linear_chain below):
 //   forward of layer i:  mask_i = make_relu_mask(N, out_i) (or z_i for GeluTanh);
 //                        linear_forward(h_{i-1}, W_i, b_i, BiasRelu, h_i, mask_i)
 //   backward, top down, gz_top = dL/dy of the last layer (no activation):
@@ -118,6 +120,22 @@ struct InputActivation {
 void linear_backward_epilogue(const Tensor& grad, const Tensor& x2, const Tensor& w, Epilogue epi,
                               const Tensor& saved, const Tensor& grad_x, const Tensor& grad_w,
                               const Tensor& grad_bias, const InputActivation& input = {});
+
+// ---- a chain of Linear layers (kernels::linear_chain on CUDA, ops/cuda/linear_chain.cpp) -----
+// The chain fusion above, as one autograd node: h[i+1] = act_i(h[i] @ w[i]^T + b[i]),
+// epi[i] the Epilogue of layer i. Forward: linear_forward per layer; with `keep`, a hidden
+// ReLU layer writes cuBLASLt's mask (when fusion is on and its dtype has RELU_AUX: not
+// float64), a GELU layer z (tanh: with its row stride rounded up to a multiple of 8, so
+// GELU_AUX_BIAS and DGELU_BGRAD apply at any width). Returns that per-layer state.
+// Backward, top down: the last layer's activation is one pass (nothing above it); every
+// other layer's dReLU/dGELU and bias gradient ride in the dx GEMM of the layer above
+// (exact GELU: GEMM, then one pass). A mask that cannot be read (fusion turned off since
+// the forward) gives way to the layer's output h[i+1]. Contracts of kernels::linear_chain.
+std::vector<Tensor> linear_chain(const std::vector<Tensor>& h, const std::vector<Tensor>& w,
+                                 const std::vector<Tensor>& b, const std::vector<Epilogue>& epi, bool keep);
+void linear_chain_backward(const Tensor& g, const std::vector<Tensor>& h, const std::vector<Tensor>& w,
+                           const std::vector<Epilogue>& epi, const std::vector<Tensor>& saved, const Tensor& dx,
+                           const std::vector<Tensor>& dw, const std::vector<Tensor>& db);
 
 // grad_z = grad_y * act'(z) alone (the first step above), [N, features] views of one
 // dtype, any strides; grad_z may be grad_y itself. `saved` as in linear_backward_epilogue.

@@ -23,6 +23,8 @@ TEST_CASE("CPU autocast: every op of our CPU table runs in its policy's dtype", 
     hg::amp::autocast region(DeviceType::CPU, low);
     // lower precision
     CHECK(hg::linear(x, w, b).dtype() == low);
+    CHECK(hg::linear_chain(x, {w, w.t()}, {b, hg::Tensor()}, {hg::Activation::ReLU, hg::Activation::None}).dtype() ==
+          low);
     CHECK(hg::mm(x, m).dtype() == low);
     CHECK(hg::matmul(x, m).dtype() == low);
     CHECK(hg::bmm(a3, b3).dtype() == low);
@@ -58,9 +60,9 @@ TEST_CASE("The CUDA table has PyTorch's rows for the ops we have", "[amp]") {
   CHECK(hg::amp::lookup_policy(DeviceType::CUDA, "binary_cross_entropy") == CastPolicy::Banned);
   CHECK(hg::amp::lookup_policy(DeviceType::CPU, "binary_cross_entropy") == CastPolicy::Fp32);
   CHECK_FALSE(hg::amp::lookup_policy(DeviceType::CUDA, "relu").has_value());
-  // Linear+activation ops take linear's row; gelu (either form) has none, as in PyTorch
+  // Linear+activation ops (and chains of them) take linear's row; gelu (either form) has none, as in PyTorch
   for (DeviceType d : {DeviceType::CUDA, DeviceType::CPU}) {
-    for (const char* op : {"linear_relu", "linear_gelu", "linear_gelu_tanh"})
+    for (const char* op : {"linear_relu", "linear_gelu", "linear_gelu_tanh", "linear_chain"})
       CHECK(hg::amp::lookup_policy(d, op) == CastPolicy::LowerPrecision);
     CHECK_FALSE(hg::amp::lookup_policy(d, "gelu").has_value());
   }

@@ -18,6 +18,8 @@ TEST_CASE("CUDA autocast: every op of our CUDA table runs in its policy's dtype"
     // lower precision: the matmul family and the fused Linear+activation
     CHECK(hg::linear(x, w, b).dtype() == low);
     CHECK(hg::linear(x, w, b, hg::Activation::ReLU).dtype() == low);
+    CHECK(hg::linear_chain(x, {w, w.t()}, {b, hg::Tensor()}, {hg::Activation::GELUTanh, hg::Activation::ReLU})
+              .dtype() == low);
     CHECK(hg::mm(x, m).dtype() == low);
     CHECK(hg::matmul(x, m).dtype() == low);
     CHECK(hg::bmm(a3, b3).dtype() == low);

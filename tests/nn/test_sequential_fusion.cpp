@@ -1,27 +1,34 @@
-// Sequential runs Linear + ReLU/GELU as one fused op: the trace shows the
-// fused op, the values and gradients equal the unfused layers'.
+// Sequential runs Linear + ReLU/GELU as one fused op, and a run of such
+// layers as one linear_chain: the trace shows which op ran, the values and
+// gradients equal the unfused layers'.
 #include <catch2/catch.hpp>
 
 #include <halfgrad.h>
 
 namespace hg = halfgrad;
 
-TEST_CASE("Sequential fuses Linear followed by ReLU or GELU into one op", "[nn][fusion]") {
+namespace {
+// The ops a forward of `model` dispatches under CPU autocast, from the trace.
+std::vector<std::string> ops_run(const hg::nn::Sequential& model, const hg::Tensor& x) {
+  std::vector<std::string> ops;
+  hg::amp::set_trace_sink([&](const std::string& l) { ops.push_back(l.substr(11, l.find(' ', 11) - 11)); });
+  {
+    hg::amp::trace trace;
+    hg::amp::autocast region(hg::DeviceType::CPU, std::nullopt, /*enabled=*/true);
+    model.forward(x);
+  }
+  hg::amp::set_trace_sink(nullptr);
+  return ops;
+}
+}  // namespace
+
+TEST_CASE("Sequential runs Linear layers followed by ReLU or GELU as one linear_chain", "[nn][fusion]") {
   hg::manual_seed(4);
   hg::nn::Sequential model(std::make_shared<hg::nn::Linear>(6, 8), std::make_shared<hg::nn::ReLU>(),
                            std::make_shared<hg::nn::Linear>(8, 5), std::make_shared<hg::nn::GELU>(),
                            std::make_shared<hg::nn::Linear>(5, 2));
   auto x = hg::randn({3, 6});
-  std::vector<std::string> ops;
-  hg::amp::set_trace_sink([&](const std::string& l) { ops.push_back(l.substr(11, l.find(' ', 11) - 11)); });
-  hg::Tensor y;
-  {
-    hg::amp::trace trace;
-    hg::amp::autocast region(hg::DeviceType::CPU, std::nullopt, /*enabled=*/true);
-    y = model.forward(x);
-  }
-  hg::amp::set_trace_sink(nullptr);
-  CHECK(ops == std::vector<std::string>{"linear_relu", "linear_gelu", "linear"});
+  CHECK(ops_run(model, x) == std::vector<std::string>{"linear_chain"});
 
   // the same numbers as the layers one by one, in float32
   auto& l0 = model.at<hg::nn::Linear>(0);
@@ -53,22 +60,14 @@ TEST_CASE("Linear with an activation option", "[nn][fusion]") {
   CHECK_THAT(fused.repr(), Catch::Matchers::Contains("activation=ReLU"));
 }
 
-TEST_CASE("Sequential fuses Linear + GELU(\"tanh\") as linear_gelu_tanh and Linear + GELU() as linear_gelu",
+TEST_CASE("Sequential chains Linear + GELU(\"tanh\") and Linear + GELU() layers, the last one activated too",
           "[nn][fusion]") {
   hg::manual_seed(6);
   hg::nn::Sequential model(std::make_shared<hg::nn::Linear>(6, 8), std::make_shared<hg::nn::GELU>("tanh"),
                            std::make_shared<hg::nn::Linear>(8, 5), std::make_shared<hg::nn::GELU>(),
                            std::make_shared<hg::nn::Linear>(5, 2), std::make_shared<hg::nn::GELU>("tanh"));
   auto x = hg::randn({3, 6});
-  std::vector<std::string> ops;
-  hg::amp::set_trace_sink([&](const std::string& l) { ops.push_back(l.substr(11, l.find(' ', 11) - 11)); });
-  {
-    hg::amp::trace trace;
-    hg::amp::autocast region(hg::DeviceType::CPU, std::nullopt, /*enabled=*/true);
-    model.forward(x);
-  }
-  hg::amp::set_trace_sink(nullptr);
-  CHECK(ops == std::vector<std::string>{"linear_gelu_tanh", "linear_gelu", "linear_gelu_tanh"});
+  CHECK(ops_run(model, x) == std::vector<std::string>{"linear_chain"});
 
   // the numbers and gradients of the layers one by one, in float32
   auto& l0 = model.at<hg::nn::Linear>(0);
@@ -100,4 +99,54 @@ TEST_CASE("Linear with the GELUTanh activation option", "[nn][fusion]") {
   auto x = hg::randn({5, 4});
   CHECK(hg::max(hg::abs(hg::sub(fused(x), hg::gelu(plain(x), "tanh")))).item<float>() < 1e-6f);
   CHECK_THAT(fused.repr(), Catch::Matchers::Contains("activation=GELUTanh"));
+}
+
+TEST_CASE("Sequential keeps a lone Linear + activation as one linear_relu / linear_gelu op", "[nn][fusion]") {
+  hg::manual_seed(8);
+  hg::nn::Sequential model(std::make_shared<hg::nn::Linear>(6, 8), std::make_shared<hg::nn::ReLU>(),
+                           std::make_shared<hg::nn::Tanh>(), std::make_shared<hg::nn::Linear>(8, 5),
+                           std::make_shared<hg::nn::GELU>("tanh"), std::make_shared<hg::nn::Sigmoid>(),
+                           std::make_shared<hg::nn::Linear>(5, 4), std::make_shared<hg::nn::GELU>(),
+                           std::make_shared<hg::nn::Linear>(4, 2));
+  const auto x = hg::randn({3, 6});
+  // the last two Linear layers form a run: a chain
+  CHECK(ops_run(model, x) ==
+        std::vector<std::string>{"linear_relu", "tanh", "linear_gelu_tanh", "sigmoid", "linear_chain"});
+  auto& l0 = model.at<hg::nn::Linear>(0);
+  auto& l3 = model.at<hg::nn::Linear>(3);
+  auto& l6 = model.at<hg::nn::Linear>(6);
+  auto& l8 = model.at<hg::nn::Linear>(8);
+  const auto unfused = l8(hg::gelu(l6(hg::sigmoid(hg::gelu(l3(hg::tanh(hg::relu(l0(x)))), "tanh")))));
+  CHECK(hg::max(hg::abs(hg::sub(model.forward(x), unfused))).item<float>() < 1e-6f);
+}
+
+TEST_CASE("Sequential ends a chain at a Linear without activation and takes Linear layers built with one",
+          "[nn][fusion]") {
+  hg::manual_seed(9);
+  // 0+1, 2 | 3+4, 5+6, 7: two chains (layer 2 has no activation, so the first ends there)
+  hg::nn::Sequential model(std::make_shared<hg::nn::Linear>(6, 8), std::make_shared<hg::nn::ReLU>(),
+                           std::make_shared<hg::nn::Linear>(8, 7), std::make_shared<hg::nn::Linear>(7, 5),
+                           std::make_shared<hg::nn::GELU>(), std::make_shared<hg::nn::Linear>(5, 4),
+                           std::make_shared<hg::nn::ReLU>(), std::make_shared<hg::nn::Linear>(4, 2));
+  const auto x = hg::randn({3, 6});
+  CHECK(ops_run(model, x) == std::vector<std::string>{"linear_chain", "linear_chain"});
+  auto l = [&](size_t i) -> hg::nn::Linear& { return model.at<hg::nn::Linear>(i); };
+  const auto unfused = l(7)(hg::relu(l(5)(hg::gelu(l(3)(l(2)(hg::relu(l(0)(x))))))));
+  const auto fused = model.forward(x);
+  CHECK(hg::max(hg::abs(hg::sub(fused, unfused))).item<float>() < 1e-6f);
+  hg::sum(fused).backward();
+  const hg::Tensor g_fused = l(0).weight.grad().clone(), gb_fused = l(3).bias.grad().clone();
+  model.zero_grad();
+  hg::sum(unfused).backward();
+  CHECK(hg::max(hg::abs(hg::sub(g_fused, l(0).weight.grad()))).item<float>() < 1e-5f);
+  CHECK(hg::max(hg::abs(hg::sub(gb_fused, l(3).bias.grad()))).item<float>() < 1e-5f);
+
+  // a Linear built with an activation is a chain layer like Linear + ReLU
+  hg::nn::Sequential built(std::make_shared<hg::nn::Linear>(6, 8, true, hg::Activation::ReLU),
+                           std::make_shared<hg::nn::Linear>(8, 3, true, hg::Activation::GELUTanh),
+                           std::make_shared<hg::nn::ReLU>());
+  CHECK(ops_run(built, x) == std::vector<std::string>{"linear_chain", "relu"});
+  auto& b0 = built.at<hg::nn::Linear>(0);
+  auto& b1 = built.at<hg::nn::Linear>(1);
+  CHECK(hg::max(hg::abs(hg::sub(built.forward(x), hg::relu(b1(b0(x)))))).item<float>() < 1e-6f);
 }
