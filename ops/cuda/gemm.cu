@@ -590,7 +590,7 @@ Tensor make_relu_mask(int64_t rows, int64_t features, Device device) {
   return make_tensor({rows, ld_bits / 8}, TensorOptions(DType::Bool, device));
 }
 
-void linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias_in, Epilogue epi, const Tensor& out,
+bool linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias_in, Epilogue epi, const Tensor& out,
                     const Tensor& aux) {
   constexpr const char* op = "linear_forward";
   HG_CHECK(out.defined() && out.device().is_cuda() && out.dim() == 2,
@@ -626,13 +626,13 @@ void linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias_in, Ep
            "{}: epilogue fusion is off (set_epilogue_fusion(false)), so no ReLU mask can be written; pass no aux "
            "(ReLU's backward uses the output)",
            op);
-  if (out.numel() == 0) return;
+  if (out.numel() == 0) return true;
 
   DeviceGuard guard(out.device().index());
   const Tensor bias = contiguous_bias(bias_in);
-  if (in == 0) {  // no products: y = act(bias)
-    HG_CHECK(!mask, "{}: in_features == 0 with a ReLU mask is not supported; pass no aux", op);
-    return epilogue_pass(act, out, 0.0, bias, aux, out);
+  if (in == 0) {  // no products: y = act(bias); no mask
+    epilogue_pass(act, out, 0.0, bias, mask ? Tensor() : aux, out);
+    return !mask;
   }
 
   // Which epilogue cuBLASLt runs, where the GEMM writes, and what is left for a pass.
@@ -668,10 +668,10 @@ void linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias_in, Ep
       // Done, or z (bias included) is in *gemm_out: y = act(z), copying z to aux if it is not there.
       if (!act_in_epilogue)
         epilogue_pass(act, *gemm_out, 1.0, Tensor(), want_z && gemm_out != &aux ? aux : Tensor(), out);
-      return;
+      return true;
     }
-    HG_CHECK(!mask, "{}: cuBLASLt has no ReLU-mask epilogue for {}; pass no aux (ReLU's backward uses the output)",
-             op, c.describe());
+    // No kernel for this epilogue with these shapes (e.g. one row or one feature):
+    // the plain GEMM below. A ReLU mask then stays unwritten (we return false).
   }
   // The plain GEMM, then one pass for bias, activation and z.
   c.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
@@ -679,9 +679,10 @@ void linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias_in, Ep
   c.aux = nullptr;
   c.aux_ld = 0;
   run_or_throw(c);
-  if (act == Act::Identity && !has_bias) return;
+  if (act == Act::Identity && !has_bias) return true;
   const bool write_z = want_z && (gemm_out != &aux || has_bias);  // aux lacks z, or lacks its bias
   epilogue_pass(act, *gemm_out, 1.0, bias, write_z ? aux : Tensor(), out);
+  return !mask;
 }
 
 void activation_backward(Epilogue epi, const Tensor& grad_y, const Tensor& saved, const Tensor& grad_z) {
@@ -740,6 +741,7 @@ void linear_backward_epilogue(const Tensor& grad, const Tensor& x2, const Tensor
              epilogue_name(input.epilogue));
     if (in_mask) in_mask_ld = check_mask(op, input.saved, rows, in, grad.device());
     else check_saved(op, "input.saved", input.saved, rows, in, grad);
+    if (input.output.defined()) check_saved(op, "input.output", input.output, rows, in, grad);
     check_out("input.grad_bias", input.grad_bias, {in});
   }
   DeviceGuard guard(grad.device().index());
@@ -802,9 +804,9 @@ void linear_backward_epilogue(const Tensor& grad, const Tensor& x2, const Tensor
       }
     }
   }
-  HG_CHECK(in_act != Act::Relu || !in_mask,
+  HG_CHECK(!in_mask || input.output.defined(),
            "{}: cuBLASLt has no DRELU epilogue for {} (or fusion is off), and its ReLU mask cannot be read otherwise; "
-           "save the layer's output y instead of a mask",
+           "pass the layer's output y too (input.output), or instead of the mask",
            op, c.describe());
   c.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   c.bias = nullptr;
@@ -812,7 +814,7 @@ void linear_backward_epilogue(const Tensor& grad, const Tensor& x2, const Tensor
   c.aux_ld = 0;
   run_or_throw(c);
   if (in_act != Act::Identity) {
-    act_backward_pass(in_act, grad_x, input.saved, grad_x);
+    act_backward_pass(in_act, grad_x, in_mask ? input.output : input.saved, grad_x);
     if (input.grad_bias.defined()) sum_rows(grad_x, input.grad_bias);
   }
 }

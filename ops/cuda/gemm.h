@@ -74,7 +74,10 @@ Tensor make_relu_mask(int64_t rows, int64_t features, Device device);
 //     None, Bias: must be undefined.
 // When cuBLASLt has no kernel for a fused epilogue (e.g. float64), the GEMM runs
 // plain and one elementwise pass applies bias and activation: same results.
-void linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias, Epilogue epi, const Tensor& out,
+// Returns false when a ReLU mask was asked for but cuBLASLt has no mask epilogue
+// for these shapes (say, one row or one feature): y is right, the mask is not
+// written, and backward must read y instead. True otherwise.
+bool linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias, Epilogue epi, const Tensor& out,
                     const Tensor& aux);
 
 // Chain fusion: what produced this layer's input x2, when x2 = act(z_prev) came
@@ -89,6 +92,10 @@ struct InputActivation {
   // BiasGelu:     z_prev (GEMM, then one exact-dGELU pass; cuBLASLt's DGELU is tanh's)
   Tensor saved;
   Tensor grad_bias;  // [in] or undefined: receives dL/db_prev
+  // BiasRelu with a mask: that layer's output y_prev, read instead of the mask when
+  // no DRELU kernel runs (fusion off, or none for this GEMM's shapes). Without it
+  // such a case is an Error.
+  Tensor output;
 };
 
 // Backward of y = act(x2 @ w^T + bias), given grad = dL/dy [N, out]:

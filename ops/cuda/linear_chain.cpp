@@ -42,7 +42,8 @@ std::vector<Tensor> linear_chain(const std::vector<Tensor>& h, const std::vector
         case Epilogue::Bias: break;
       }
     }
-    linear_forward(h[i], w[i], b[i], epi[i], out, saved[i]);
+    // no mask kernel for these shapes: backward reads the output instead
+    if (!linear_forward(h[i], w[i], b[i], epi[i], out, saved[i])) saved[i] = Tensor();
   }
   return saved;
 }
@@ -72,7 +73,9 @@ void linear_chain_backward(const Tensor& g, const std::vector<Tensor>& h, const 
     const Tensor grad_bias = !last && has_activation(epi[i]) ? Tensor() : db[i];
     const Tensor grad_in = i == 0 ? dx : i > lowest ? make_tensor(h[i].shape(), g.options()) : Tensor();
     InputActivation input;
-    if (i > 0 && grad_in.defined() && has_activation(epi[i - 1])) input = {epi[i - 1], act_saved(i - 1), db[i - 1]};
+    // h[i], layer i-1's output: what dReLU reads if the DRELU epilogue has no kernel here
+    if (i > 0 && grad_in.defined() && has_activation(epi[i - 1]))
+      input = {epi[i - 1], act_saved(i - 1), db[i - 1], h[i]};
     linear_backward_epilogue(grad, h[i], w[i], own, own_saved, grad_in, dw[i], grad_bias, input);
     grad = grad_in;
   }

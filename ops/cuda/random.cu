@@ -3,7 +3,8 @@
 // the same tensor on either device. Each device's generator state (seed,
 // offset) lives in device memory: the fill kernel reads it and a one-thread
 // kernel moves the offset on, so a draw never waits for the host and a
-// replayed CUDA graph draws new numbers, as an eager call would.
+// replayed CUDA graph draws new numbers, as an eager call would. Draws on two
+// streams are ordered through an event (stream-ordered, no host wait).
 #include <mutex>
 #include <vector>
 
@@ -25,30 +26,44 @@ __global__ void seed_kernel(PhiloxState* s, uint64_t seed) {
 
 __global__ void advance_kernel(PhiloxState* s, uint64_t n) { s->offset += n; }
 
-// The device's generator state, re-seeded on the stream first if manual_seed
-// ran since its last draw. Allocated once per device and kept for the process
-// (a graph that captured a draw must find it at the same address).
-PhiloxState* generator(int device) {
-  struct Entry {
-    PhiloxState* state = nullptr;
-    uint64_t generation = 0;
-  };
-  static std::mutex mutex;
-  static std::vector<Entry> entries(static_cast<size_t>(std::max(cuda::device_count(), 1)));
-  std::lock_guard<std::mutex> lock(mutex);
-  Entry& e = entries.at(static_cast<size_t>(device));
+std::mutex g_draw_mutex;  // one draw at a time queues its kernels and moves the offset
+
+// One generator per device. Its state lives in device memory (a graph that
+// captured a draw must find it at the same address), allocated once and kept
+// for the process; `generation` is the manual_seed it was last seeded for, and
+// `last_stream`/`drawn` order a draw on another stream after the previous one.
+struct DeviceGenerator {
+  PhiloxState* state = nullptr;
+  uint64_t generation = 0;
+  cudaStream_t last_stream = nullptr;
+  cudaEvent_t drawn = nullptr;  // recorded after each eager draw's advance
+};
+
+// The generator of `device`, ready for a draw on stream `s`: seeded if
+// manual_seed ran since its last draw, and ordered after the last draw if
+// that was on another stream (the state is shared). Seeding inside a graph
+// capture would put the seed in the graph (every replay would restart the
+// stream), so that is an Error with the remedy.
+DeviceGenerator& generator(int device, cudaStream_t s, bool capturing) {
+  static std::vector<DeviceGenerator> all(static_cast<size_t>(std::max(cuda::device_count(), 1)));
+  DeviceGenerator& g = all.at(static_cast<size_t>(device));
   const uint64_t generation = rng::seed_generation();
-  if (e.state == nullptr) {
-    cuda::RelaxedCaptureMode relaxed;
-    HG_CUDA_CHECK(cudaMalloc(&e.state, sizeof(PhiloxState)));
-    e.generation = generation + 1;  // differs: seed below
-  }
-  if (e.generation != generation) {
-    seed_kernel<<<1, 1, 0, stream()>>>(e.state, initial_seed());
+  if (g.state != nullptr && g.last_stream != s && !capturing) HG_CUDA_CHECK(cudaStreamWaitEvent(s, g.drawn, 0));
+  if (g.state == nullptr || g.generation != generation) {
+    HG_CHECK(!capturing,
+             "random draw on cuda:{}: this is the first draw since manual_seed (or ever) on this device, and it is "
+             "being captured into a CUDA graph, which would replay the seeding too. Draw once before capturing "
+             "(for example, run one eager warm-up step).",
+             device);
+    if (g.state == nullptr) {
+      HG_CUDA_CHECK(cudaMalloc(&g.state, sizeof(PhiloxState)));
+      HG_CUDA_CHECK(cudaEventCreateWithFlags(&g.drawn, cudaEventDisableTiming));
+    }
+    seed_kernel<<<1, 1, 0, s>>>(g.state, initial_seed());
     HG_CUDA_CHECK(cudaGetLastError());
-    e.generation = generation;
+    g.generation = generation;
   }
-  return e.state;
+  return g;
 }
 
 // out[i] = f(draw i) for the contiguous `out`, then the offset moves on by n.
@@ -67,12 +82,21 @@ void launch(const Tensor& out, const char* op, F f) {
   const int64_t n = out.numel();
   if (n == 0) return;
   DeviceGuard guard(device);
-  PhiloxState* state = generator(device);
-  fill_kernel<<<grid_for(n, kThreads, device), kThreads, 0, stream()>>>(
-      static_cast<storage_t<T>*>(out.data_ptr()), n, state, f);
+  const cudaStream_t s = stream();
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  HG_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
+  const bool capturing = capture != cudaStreamCaptureStatusNone;
+  std::lock_guard<std::mutex> lock(g_draw_mutex);
+  DeviceGenerator& g = generator(device, s, capturing);
+  fill_kernel<<<grid_for(n, kThreads, device), kThreads, 0, s>>>(static_cast<storage_t<T>*>(out.data_ptr()), n,
+                                                                 g.state, f);
   HG_CUDA_CHECK(cudaGetLastError());
-  advance_kernel<<<1, 1, 0, stream()>>>(state, static_cast<uint64_t>(n));
+  advance_kernel<<<1, 1, 0, s>>>(g.state, static_cast<uint64_t>(n));
   HG_CUDA_CHECK(cudaGetLastError());
+  if (!capturing) {
+    HG_CUDA_CHECK(cudaEventRecord(g.drawn, s));
+    g.last_stream = s;
+  }
 }
 
 // The roundings of ops/cpu/random.cpp: double -> compute type -> storage.

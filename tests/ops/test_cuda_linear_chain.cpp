@@ -73,8 +73,7 @@ Leaves on(const Leaves& host, hg::Device device, bool x_grad) {
 
 // Forward and every gradient on CUDA against the CPU; `fused_backward`: the epilogue
 // fusion setting during backward (turning it off after the forward drops the ReLU mask).
-void check_case(const Case& c, DType dt, bool fused_forward, bool fused_backward, bool x_grad) {
-  const int64_t n = 40;
+void check_case(const Case& c, DType dt, bool fused_forward, bool fused_backward, bool x_grad, int64_t n = 40) {
   Leaves host{uniform({n, c.widths[0]}, dt, -1, 1), {}, {}};
   for (size_t i = 0; i + 1 < c.widths.size(); ++i) {
     const double bound = 1.5 / std::sqrt(static_cast<double>(c.widths[i]));
@@ -129,6 +128,23 @@ TEST_CASE("cuda linear_chain without an input gradient, and with fusion turned o
       check_case(c, dt, true, true, /*x_grad=*/false);
       check_case(c, dt, true, false, /*x_grad=*/true);  // a ReLU mask gives way to the output
     }
+}
+
+// Shapes where cuBLASLt may have no ReLU-mask (RELU_AUX_BIAS) or DRELU_BGRAD
+// kernel: one output feature (the top dx GEMM has k = 1), one row, odd widths
+// (2-byte aligned half rows). The chain then falls back to the plain GEMM and a
+// pass reading the layer's output: same numbers, never an error.
+TEST_CASE("cuda linear_chain falls back where cuBLASLt has no mask epilogue", "[cuda][linear][chain][backward]") {
+  const std::vector<Case> edge = {
+      {"relu to one output", {64, 64, 1}, {A::ReLU, A::None}, {true, true}},
+      {"odd widths", {33, 33, 33, 5}, {A::ReLU, A::ReLU, A::None}, {true, true, true}},
+  };
+  for (const Case& c : edge)
+    for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16})
+      for (int64_t n : {1, 32}) {
+        INFO(c.name << " " << dname(dt) << " batch " << n);
+        check_case(c, dt, true, true, /*x_grad=*/true, n);
+      }
 }
 
 #endif  // HALFGRAD_WITH_CUDA
