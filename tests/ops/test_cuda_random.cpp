@@ -80,4 +80,36 @@ TEST_CASE("A CUDA random draw captured in a graph draws new numbers on each repl
   CHECK(same_bits(second, cpu.narrow(0, n, n)));
   CHECK(same_bits(third, cpu.narrow(0, 2 * n, n)));
 }
+TEST_CASE("The first CUDA draw after manual_seed cannot be captured: an Error says to draw once first",
+          "[cuda][random][graph]") {
+  hgtest::TestStream stream;
+  hg::manual_seed(21);
+  Tensor out = hg::empty({16}, kCuda);
+  auto draw = [&] { out.copy_(hg::rand({16}, kCuda)); };
+  REQUIRE_THROWS_WITH(hgtest::Graph(stream.get(), draw), Catch::Contains("Draw once before capturing"));
+  draw();  // eager: seeds the device generator
+  hgtest::Graph graph(stream.get(), draw);
+  graph.replay();
+  stream.sync();
+  hg::manual_seed(21);
+  CHECK(same_bits(out, hg::rand({32}).narrow(0, 16, 16)));
+}
+
+TEST_CASE("CUDA draws on two streams continue one sequence", "[cuda][random]") {
+  hg::manual_seed(22);
+  Tensor a, b;
+  {
+    hgtest::TestStream first;
+    a = hg::rand({1000}, kCuda);
+  }
+  {
+    hgtest::TestStream second;  // waits for the first stream's draw, then takes the next counters
+    b = hg::rand({1000}, kCuda);
+    second.sync();
+  }
+  hg::manual_seed(22);
+  const Tensor cpu = hg::rand({2000});
+  CHECK(same_bits(a, cpu.narrow(0, 0, 1000)));
+  CHECK(same_bits(b, cpu.narrow(0, 1000, 1000)));
+}
 #endif
