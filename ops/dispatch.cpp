@@ -27,19 +27,30 @@ bool any_requires_grad(const std::vector<Tensor>& inputs) {
   return false;
 }
 
-Tensor run_forward(const std::vector<Tensor>& inputs, const Forward& forward) {
+thread_local bool t_recording = false;  // see recording()
+
+// `records`: whether call() will record this op (what recording() answers inside).
+Tensor run_forward(const std::vector<Tensor>& inputs, const Forward& forward, bool records = false) {
   amp::AutocastOff no_autocast;   // composite ops are not cast twice
   autograd::NoGradGuard no_grad;  // inner ops record nothing
+  struct Flag {
+    bool prev;
+    explicit Flag(bool now) : prev(t_recording) { t_recording = now; }
+    ~Flag() { t_recording = prev; }
+  } flag(records);
   return forward(inputs);
 }
 }  // namespace
 
+bool recording() { return t_recording; }
+
 Tensor call(std::string_view op, std::vector<Tensor> inputs, const Forward& forward, Backward backward, Save save) {
   amp::autocast_inputs(op, inputs);
   check_same_device(op, inputs);
-  Tensor out = run_forward(inputs, forward);
+  const bool records = autograd::grad_enabled() && any_requires_grad(inputs);
+  Tensor out = run_forward(inputs, forward, records);
   // integer and bool outputs carry no gradient (as in PyTorch: x.to(int64))
-  if (!autograd::grad_enabled() || !any_requires_grad(inputs) || !is_floating(out.dtype())) return out;
+  if (!records || !is_floating(out.dtype())) return out;
 
   auto node = std::make_shared<autograd::FunctionNode>();
   node->name = std::string(op);

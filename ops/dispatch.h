@@ -44,6 +44,12 @@ Tensor call_nograd(std::string_view op, std::vector<Tensor> inputs, const Forwar
 void inplace(std::string_view op, const Tensor& self, std::vector<Tensor> others,
              const std::function<void()>& kernel);
 
+// Inside a call()'s forward: whether the op will be recorded, i.e. whether its
+// backward can run (grad mode on and an input requires grad). A forward that
+// keeps extra state only for backward (an activation's pre-activation, a ReLU
+// mask) asks this instead of working it out from its inputs.
+bool recording();
+
 // Shared check: every defined tensor on the same device, else a clear Error.
 void check_same_device(std::string_view op, const std::vector<Tensor>& inputs);
 

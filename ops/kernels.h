@@ -59,6 +59,8 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bia
 // backward will run. GELU is the exact (erf) form, GELUTanh PyTorch's
 // approximate="tanh", the one cuBLASLt fuses into the GEMM.
 enum class Activation : uint8_t { None, ReLU, GELU, GELUTanh };
+// The GELUs keep the pre-activation z for backward (ReLU reads its output).
+inline bool is_gelu(Activation a) { return a == Activation::GELU || a == Activation::GELUTanh; }
 void linear_act(const Tensor& x2, const Tensor& w, const Tensor& bias, Activation act, const Tensor& out,
                 const Tensor& pre);
 // Its backward: gz = g * act'(.), then dx = gz @ w, dw = gz^T @ x2, db = sum(gz, 0)

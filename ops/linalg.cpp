@@ -5,7 +5,6 @@
 // mm/bmm) but still one dispatcher entry, so autocast sees "matmul".
 #include <memory>
 
-#include "autograd/grad_mode.h"
 #include "ops/dispatch.h"
 #include "ops/kernels.h"
 #include "ops/ops.h"
@@ -108,13 +107,12 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activat
   check_float(name, x);
   // The GELUs' backward needs the pre-activation z. Only a recorded op keeps
   // it: without it CUDA's tanh GELU is the GEMM alone (GELU_BIAS, no aux write).
-  const bool gelu_act = act == Activation::GELU || act == Activation::GELUTanh;
-  const bool records = autograd::grad_enabled() && (x.requires_grad() || weight.requires_grad() ||
-                                                    (bias.defined() && bias.requires_grad()));
+  const bool gelu_act = kernels::is_gelu(act);
   auto pre = std::make_shared<Tensor>();
   return dispatch::call(
       name, {x, weight, bias},
-      [act, name, pre, keep_pre = gelu_act && records](const std::vector<Tensor>& in) {
+      [act, name, pre, gelu_act](const std::vector<Tensor>& in) {
+        const bool keep_pre = gelu_act && dispatch::recording();
         ops::check_same_dtype(name, in);
         const Tensor& x = in[0];
         const Tensor& w = in[1];
@@ -137,7 +135,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activat
         const Tensor x2 = gemm_operand(x.dim() == 2 ? x : x.reshape({-1, x.shape().back()}));
         Tensor saved;
         if (act == Activation::ReLU) saved = s.output().reshape(g2.shape());
-        if (act == Activation::GELU || act == Activation::GELUTanh) {
+        if (kernels::is_gelu(act)) {
           HG_CHECK(pre->defined(), "{}: internal error: the pre-activation was not kept for backward",
                    s.op);
           saved = *pre;

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <memory>
 
-#include "autograd/grad_mode.h"
 #include "ops/dispatch.h"
 #include "ops/kernels.h"
 #include "ops/ops.h"
@@ -74,18 +73,16 @@ Tensor linear_chain(const Tensor& x, const std::vector<Tensor>& weights, const s
   check_layers(x, weights, biases, activations);
   const size_t layers = weights.size();
   std::vector<Tensor> inputs{x};
-  bool records = autograd::grad_enabled() && x.requires_grad();
   for (size_t i = 0; i < layers; ++i) {
     inputs.push_back(weights[i]);
     inputs.push_back(biases[i]);
-    records = records || (autograd::grad_enabled() &&
-                          (weights[i].requires_grad() || (biases[i].defined() && biases[i].requires_grad())));
   }
   auto state = std::make_shared<ChainState>();
   return dispatch::call(
       kOp, std::move(inputs),
-      [state, acts = activations, records](const std::vector<Tensor>& in) {
+      [state, acts = activations](const std::vector<Tensor>& in) {
         check_dtypes(in);
+        const bool records = dispatch::recording();  // keep what backward reads only if it can run
         const size_t layers = acts.size();
         const Tensor x2 = rows_of(in[0]);
         std::vector<Tensor> h{ops::gemm_operand(x2)}, w, b;

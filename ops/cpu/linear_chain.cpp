@@ -5,10 +5,7 @@
 namespace halfgrad::cpu {
 
 using kernels::Activation;
-
-namespace {
-bool is_gelu(Activation a) { return a == Activation::GELU || a == Activation::GELUTanh; }
-}  // namespace
+using kernels::is_gelu;
 
 std::vector<Tensor> linear_chain(const std::vector<Tensor>& h, const std::vector<Tensor>& w,
                                  const std::vector<Tensor>& b, const std::vector<Activation>& act, bool keep) {

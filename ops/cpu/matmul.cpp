@@ -58,7 +58,7 @@ void linear_act(const Tensor& x2, const Tensor& w, const Tensor& bias, kernels::
                 const Tensor& pre) {
   using kernels::Activation;
   const Tensor wt = transposed(w);
-  if (act == Activation::GELU || act == Activation::GELUTanh) {
+  if (kernels::is_gelu(act)) {
     const Tensor& z = pre.defined() ? pre : out;
     cpu::gemm(x2, wt, z, bias, 0.f);
     cpu::unary(gelu_op(act, false), z, out, {});
