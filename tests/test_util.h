@@ -68,31 +68,10 @@ inline std::mt19937_64& rng() {
   return g;
 }
 
-inline int64_t numel(const Shape& s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
-}
-
-inline Shape contiguous_strides(const Shape& s) {
-  Shape st(s.size());
-  int64_t acc = 1;
-  for (size_t i = s.size(); i-- > 0;) {
-    st[i] = acc;
-    acc *= std::max<int64_t>(s[i], 1);
-  }
-  return st;
-}
-
-inline Shape unravel(int64_t flat, const Shape& shape) {
-  Shape idx(shape.size(), 0);
-  for (size_t d = shape.size(); d-- > 0;) {
-    if (shape[d] == 0) continue;
-    idx[d] = flat % shape[d];
-    flat /= shape[d];
-  }
-  return idx;
-}
+// Shape arithmetic: the library's own (core/tensor.h, autograd/gradcheck.h).
+inline int64_t numel(const Shape& s) { return halfgrad::shape_numel(s); }
+using halfgrad::contiguous_strides;
+using halfgrad::autograd::gradcheck_detail::unravel;
 
 inline int64_t ravel(const Shape& idx, const Shape& shape) {
   int64_t flat = 0;
@@ -150,6 +129,15 @@ inline std::vector<int64_t> ivalues(const Tensor& t) {
   std::vector<int64_t> out;
   for (int64_t off : offsets(t)) out.push_back(base[off]);
   return out;
+}
+
+// Bitwise equality wherever the tensors live (CUDA ones are brought over);
+// both undefined counts as equal.
+inline bool same_bits(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined()) return a.defined() == b.defined();
+  const Tensor x = a.detach().cpu().contiguous(), y = b.detach().cpu().contiguous();
+  return x.dtype() == y.dtype() && x.shape() == y.shape() &&
+         std::memcmp(x.data_ptr(), y.data_ptr(), static_cast<size_t>(x.numel()) * halfgrad::itemsize(x.dtype())) == 0;
 }
 
 inline std::vector<uint16_t> bits16(const Tensor& t) {

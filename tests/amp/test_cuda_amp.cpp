@@ -24,6 +24,7 @@
 
 #include "amp/scaler_kernels.h"
 #include "core/cuda/runtime.h"
+#include "test_util.h"
 
 #if HALFGRAD_WITH_CUDA
 #include <cuda_runtime.h>
@@ -45,13 +46,7 @@ const std::vector<hg::DType> kGradDTypes = {hg::float32, hg::float16, hg::bfloat
 
 hg::Tensor host(const hg::Tensor& t) { return t.detach().cpu().contiguous(); }
 
-// Bitwise equality wherever the tensors live; both undefined counts as equal.
-bool same_bits(const hg::Tensor& a, const hg::Tensor& b) {
-  if (!a.defined() || !b.defined()) return a.defined() == b.defined();
-  const hg::Tensor x = host(a), y = host(b);
-  return x.dtype() == y.dtype() && x.shape() == y.shape() &&
-         std::memcmp(x.data_ptr(), y.data_ptr(), x.numel() * hg::itemsize(x.dtype())) == 0;
-}
+using hgtest::same_bits;  // bitwise equality wherever the tensors live
 
 // ||a - b|| / ||b|| in float64 on the host (NaN never passes).
 double rel_err(const hg::Tensor& a, const hg::Tensor& b) {

@@ -7,18 +7,15 @@
 
 #include <halfgrad.h>
 
+#include "test_util.h"
+
 namespace hg = halfgrad;
 using hg::amp::GradScaler;
 
 namespace {
 
 // Bitwise equality: a skipped step must leave every byte as it was.
-bool same_bits(const hg::Tensor& a, const hg::Tensor& b) {
-  if (!a.defined() || !b.defined()) return a.defined() == b.defined();
-  hg::Tensor x = a.contiguous(), y = b.contiguous();
-  return x.dtype() == y.dtype() && x.shape() == y.shape() &&
-         std::memcmp(x.data_ptr(), y.data_ptr(), x.numel() * hg::itemsize(x.dtype())) == 0;
-}
+using hgtest::same_bits;
 
 // loss = sum(w * x) * factor, with a float32 leaf w: grad = x * factor.
 hg::Tensor toy_loss(const hg::Tensor& w, const hg::Tensor& x, double factor) {

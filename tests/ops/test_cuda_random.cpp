@@ -23,12 +23,7 @@ using hgtest::values;
 namespace {
 const hg::Device kCuda = hg::Device::cuda();
 
-// Bitwise equality (two tensors of one dtype; the CUDA one is brought over).
-bool same_bits(const Tensor& a, const Tensor& b) {
-  const Tensor x = a.cpu().contiguous(), y = b.cpu().contiguous();
-  if (x.dtype() != y.dtype() || x.shape() != y.shape()) return false;
-  return std::memcmp(x.data_ptr(), y.data_ptr(), static_cast<size_t>(x.numel()) * hg::itemsize(x.dtype())) == 0;
-}
+using hgtest::same_bits;
 }  // namespace
 
 TEST_CASE("CUDA rand, randn and randint give the CPU's numbers for the same seed", "[cuda][random]") {
