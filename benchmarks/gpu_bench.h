@@ -25,7 +25,7 @@
 
 #include <sys/wait.h>
 
-#include "core/cuda/runtime.h"
+#include <halfgrad/core/cuda/runtime.h>
 
 namespace gpu_bench {
 

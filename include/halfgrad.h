@@ -1,20 +1,18 @@
 #pragma once
 // The umbrella header: `#include <halfgrad.h>` and `namespace hg = halfgrad;`.
-#include "core/dtype.h"
-#include "core/device.h"
-#include "core/error.h"
-#include "core/format.h"
-#include "core/half.h"
-#include "core/random.h"
-#include "core/tensor.h"
-#include "autograd/grad_mode.h"
-#include "amp/autocast.h"
-#include "ops/ops.h"
-#if __has_include("nn/nn.h")
-#include "nn/nn.h"
-#endif
-#if __has_include("optim/optim.h")
-#include "optim/optim.h"
-#endif
-#include "amp/grad_scaler.h"
-#include "amp/policy.h"
+// It reaches only the public API; every header it pulls in is installed under
+// <halfgrad/...>, so names like core/tensor.h in a user's project cannot collide.
+#include <halfgrad/core/device.h>
+#include <halfgrad/core/dtype.h>
+#include <halfgrad/core/error.h>
+#include <halfgrad/core/format.h>
+#include <halfgrad/core/half.h>
+#include <halfgrad/core/random.h>
+#include <halfgrad/core/tensor.h>
+#include <halfgrad/autograd/grad_mode.h>
+#include <halfgrad/ops/ops.h>
+#include <halfgrad/amp/autocast.h>
+#include <halfgrad/amp/grad_scaler.h>
+#include <halfgrad/amp/policy.h>
+#include <halfgrad/nn/nn.h>
+#include <halfgrad/optim/optim.h>

@@ -6,8 +6,8 @@
 
 #include <functional>
 
-#include "core/cuda/check.h"
-#include "core/cuda/runtime.h"
+#include <halfgrad/core/cuda/check.h>
+#include <halfgrad/core/cuda/runtime.h>
 
 namespace hgtest {
 

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#include "core/device.h"
+#include <halfgrad/core/device.h>
 
 int main(int argc, char** argv) {
   std::vector<char*> args;

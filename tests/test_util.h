@@ -26,15 +26,16 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "autograd/gradcheck.h"
-#include "autograd/grad_mode.h"
-#include "core/dtype.h"
-#include "core/error.h"
-#include "core/format.h"
-#include "core/half.h"
-#include "core/random.h"
-#include "core/tensor.h"
-#include "ops/ops.h"
+#include <halfgrad/core/alias.h>
+#include <halfgrad/autograd/gradcheck.h>
+#include <halfgrad/autograd/grad_mode.h>
+#include <halfgrad/core/dtype.h>
+#include <halfgrad/core/error.h>
+#include <halfgrad/core/format.h>
+#include <halfgrad/core/half.h>
+#include <halfgrad/core/random.h>
+#include <halfgrad/core/tensor.h>
+#include <halfgrad/ops/ops.h>
 
 namespace hgtest {
 

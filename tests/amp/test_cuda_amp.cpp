@@ -22,14 +22,14 @@
 
 #include <halfgrad.h>
 
-#include "amp/scaler_kernels.h"
-#include "core/cuda/runtime.h"
+#include <halfgrad/amp/scaler_kernels.h>
+#include <halfgrad/core/cuda/runtime.h>
 #include "test_util.h"
 
 #if HALFGRAD_WITH_CUDA
 #include <cuda_runtime.h>
 
-#include "core/cuda/check.h"
+#include <halfgrad/core/cuda/check.h>
 #include "cuda_graph.h"
 #endif
 

@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "autograd/node.h"
+#include <halfgrad/autograd/node.h>
 #include "test_util.h"
 
 using namespace halfgrad;

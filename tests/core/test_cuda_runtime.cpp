@@ -9,8 +9,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/cuda/runtime.h"
-#include "core/error.h"
+#include <halfgrad/core/cuda/runtime.h>
+#include <halfgrad/core/error.h>
 
 namespace cuda = halfgrad::cuda;
 using halfgrad::BFloat16;

@@ -15,7 +15,7 @@
 #include <random>
 #include <vector>
 
-#include "core/half.h"
+#include <halfgrad/core/half.h>
 #include "test_util.h"
 
 using halfgrad::bfloat16_bits_to_float;

@@ -9,7 +9,7 @@
 #include <cmath>
 #include <set>
 
-#include "core/philox.h"
+#include <halfgrad/core/philox.h>
 #include "test_util.h"
 
 using namespace halfgrad;

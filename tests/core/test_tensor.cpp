@@ -141,6 +141,19 @@ TEST_CASE("view of a non-contiguous tensor fails and reshape copies", "[tensor][
   REQUIRE_THROWS_AS(x.view({-1, 5}), Error);
 }
 
+TEST_CASE("a raw view must stay inside its storage, negative strides included", "[tensor][view]") {
+  const Tensor x = iota({6});  // elements 0..5
+  // Reversed: offset 5, stride -1 reaches 5..0: fine.
+  const Tensor rev = alias_with(x, {6}, {-1}, 5);
+  CHECK(values(rev) == std::vector<double>{5, 4, 3, 2, 1, 0});
+  // Offset 2 with stride -1 over 6 elements would reach element -3.
+  REQUIRE_THROWS_WITH(alias_with(x, {6}, {-1}, 2), Contains("-3") && Contains("outside"));
+  REQUIRE_THROWS_AS(alias_with(x, {2, 3}, {3, -1}, 1), Error);  // reaches -1
+  REQUIRE_THROWS_AS(alias_with(x, {4}, {2}, 0), Error);         // reaches 6
+  REQUIRE_THROWS_WITH(alias_with(x, {2, 3}, {3}, 0), Contains("rank"));
+  REQUIRE_THROWS_WITH(alias_with(x, {-2, 3}, {3, 1}, 0), Contains("negative size"));
+}
+
 TEST_CASE("contiguous, clone", "[tensor]") {
   const Tensor x = iota({3, 4});
   SECTION("contiguous of a contiguous tensor is the tensor itself") { CHECK(x.contiguous().is_same(x)); }

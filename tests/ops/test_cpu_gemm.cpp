@@ -11,9 +11,9 @@
 #include <thread>
 #include <vector>
 
-#include "core/dtype.h"
-#include "core/error.h"
-#include "ops/cpu/gemm.h"
+#include <halfgrad/core/dtype.h>
+#include <halfgrad/core/error.h>
+#include <halfgrad/ops/cpu/gemm.h>
 
 using halfgrad::BFloat16;
 using halfgrad::DType;

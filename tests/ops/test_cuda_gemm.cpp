@@ -17,7 +17,8 @@
 
 #include <halfgrad.h>
 
-#include "ops/cuda/gemm.h"
+#include <halfgrad/core/alias.h>
+#include <halfgrad/ops/cuda/gemm.h>
 
 namespace hg = halfgrad;
 namespace cops = halfgrad::cuda_ops;

@@ -9,7 +9,7 @@
 
 #include <halfgrad.h>
 
-#include "ops/cuda/gemm.h"
+#include <halfgrad/ops/cuda/gemm.h>
 
 namespace hg = halfgrad;
 namespace cops = halfgrad::cuda_ops;

@@ -4,7 +4,7 @@
 // or tanh) in every dtype.
 #include "test_util.h"
 
-#include "amp/autocast.h"
+#include <halfgrad/amp/autocast.h>
 
 namespace hg = halfgrad;
 using namespace hgtest;

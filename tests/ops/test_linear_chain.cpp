@@ -4,8 +4,8 @@
 // gradients, errors that name the layer, and autocast.
 #include "test_util.h"
 
-#include "amp/autocast.h"
-#include "autograd/node.h"
+#include <halfgrad/amp/autocast.h>
+#include <halfgrad/autograd/node.h>
 
 namespace hg = halfgrad;
 using namespace hgtest;

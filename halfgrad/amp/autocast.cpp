@@ -1,0 +1,206 @@
+#include <halfgrad/amp/autocast.h>
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <map>
+
+#include <halfgrad/core/error.h>
+
+namespace halfgrad::amp {
+
+namespace {
+
+struct DeviceState {
+  bool enabled = false;
+  DType dtype;
+};
+
+// One cached cast: the float32 leaf it came from, the storage version at the
+// time (an in-place change of the weight invalidates the entry), the result.
+struct CacheEntry {
+  std::shared_ptr<TensorImpl> source;
+  uint64_t version;
+  Tensor cast;
+};
+
+struct State {
+  DeviceState cpu{false, DType::BFloat16};
+  DeviceState cuda{false, DType::Float16};
+  bool cache_enabled = true;
+  int nesting = 0;    // open autocast regions (enabled or not)
+  int inner_ops = 0;  // >0 while inside an op's forward or a backward pass
+  std::map<std::pair<const TensorImpl*, DType>, CacheEntry> cache;
+};
+thread_local State g;
+
+DeviceState& device_state(DeviceType t) { return t == DeviceType::CPU ? g.cpu : g.cuda; }
+
+bool env_trace() {
+  static const bool on = [] {
+    const char* v = std::getenv("HALFGRAD_AMP_TRACE");
+    return v != nullptr && std::string_view(v) != "0" && std::string_view(v) != "";
+  }();
+  return on;
+}
+thread_local bool g_trace = false;
+std::function<void(const std::string&)>& trace_sink() {
+  static std::function<void(const std::string&)> sink;
+  return sink;
+}
+void emit(const std::string& line) {
+  if (trace_sink()) trace_sink()(line);
+  else fmt::print("{}\n", line);
+}
+
+// PyTorch's is_eligible: floating, not float64, on the region's device type.
+bool eligible(const Tensor& t, DeviceType device) {
+  return t.defined() && is_floating(t.dtype()) && t.dtype() != DType::Float64 && t.device().type() == device;
+}
+
+enum class CacheUse { None, Hit, Miss };
+
+// Cast `t` to `target`; float32 leaf weights come from (and go into) the cache.
+Tensor cast(const Tensor& t, DType target, CacheUse& use) {
+  use = CacheUse::None;
+  if (t.dtype() == target) return t;
+  const bool cacheable = g.cache_enabled && is_low_precision(target) && t.dtype() == DType::Float32 &&
+                         t.is_leaf() && t.requires_grad();
+  if (!cacheable) return t.to(target);
+  const auto key = std::make_pair(t.unsafe_impl(), target);
+  auto it = g.cache.find(key);
+  if (it != g.cache.end() && it->second.version == t.version()) {
+    use = CacheUse::Hit;
+    return it->second.cast;
+  }
+  use = CacheUse::Miss;
+  Tensor c = t.to(target);
+  g.cache[key] = CacheEntry{t.impl_ptr(), t.version(), c};
+  return c;
+}
+
+std::string dtype_list(const std::vector<Tensor>& ts) {
+  std::string s;
+  for (const auto& t : ts) {
+    if (!s.empty()) s += ", ";
+    s += t.defined() ? std::string(dtype_name(t.dtype())) : "-";
+  }
+  return s;
+}
+
+}  // namespace
+
+autocast::autocast(DeviceType device_type, std::optional<DType> dtype, bool enabled, bool cache_enabled)
+    : device_(device_type) {
+  DeviceState& s = device_state(device_type);
+  prev_enabled_ = s.enabled;
+  prev_dtype_ = s.dtype;
+  prev_cache_enabled_ = g.cache_enabled;
+  const DType d = dtype.value_or(device_type == DeviceType::CUDA ? DType::Float16 : DType::BFloat16);
+  HG_CHECK(is_low_precision(d),
+           "autocast: dtype must be float16 or bfloat16 (the lower-precision dtype ops run in), got {}",
+           dtype_name(d));
+  s.enabled = enabled;
+  s.dtype = d;
+  g.cache_enabled = cache_enabled;
+  ++g.nesting;
+}
+
+autocast::~autocast() {
+  DeviceState& s = device_state(device_);
+  s.enabled = prev_enabled_;
+  s.dtype = prev_dtype_;
+  g.cache_enabled = prev_cache_enabled_;
+  if (--g.nesting == 0) g.cache.clear();  // the cache lives as long as the outermost region
+}
+
+bool is_autocast_enabled(DeviceType type) { return device_state(type).enabled; }
+DType autocast_dtype(DeviceType type) { return device_state(type).dtype; }
+bool is_autocast_cache_enabled() { return g.cache_enabled; }
+size_t cast_cache_size() { return g.cache.size(); }
+
+void autocast_inputs(std::string_view op, std::vector<Tensor>& inputs) {
+  const bool tracing = (g_trace || env_trace()) && g.inner_ops == 0;
+  if (!g.cpu.enabled && !g.cuda.enabled && !tracing) return;  // the common case: one branch
+
+  const Tensor* first = nullptr;
+  for (const auto& t : inputs)
+    if (t.defined()) {
+      first = &t;
+      break;
+    }
+  const DeviceType device = first ? first->device().type() : DeviceType::CPU;
+  const DeviceState& s = device_state(device);
+  const std::optional<CastPolicy> policy = s.enabled ? lookup_policy(device, op) : std::nullopt;
+  const std::string before = tracing ? dtype_list(inputs) : std::string();
+
+  std::optional<DType> target;
+  if (policy) {
+    switch (*policy) {
+      case CastPolicy::LowerPrecision: target = s.dtype; break;
+      case CastPolicy::Fp32: target = DType::Float32; break;
+      case CastPolicy::Promote: {
+        // float32 if any eligible input is float32; low-precision inputs of one
+        // dtype stay; float16 with bfloat16 is an error (no dtype holds both).
+        bool f32 = false, f16 = false, bf16 = false;
+        for (const auto& t : inputs) {
+          if (!eligible(t, device)) continue;
+          f32 |= t.dtype() == DType::Float32;
+          f16 |= t.dtype() == DType::Float16;
+          bf16 |= t.dtype() == DType::BFloat16;
+        }
+        HG_CHECK(f32 || !(f16 && bf16),
+                 "{}: autocast cannot promote float16 with bfloat16 inputs ({}); cast them to one dtype first", op,
+                 dtype_list(inputs));
+        if (f32) target = DType::Float32;
+        else if (f16) target = DType::Float16;
+        else if (bf16) target = DType::BFloat16;
+        break;
+      }
+      case CastPolicy::Banned: fail("{}", banned_message(device, op));
+    }
+  }
+
+  std::string cache_note;
+  if (target) {
+    ++g.inner_ops;  // the casts themselves are not traced
+    try {
+      for (auto& t : inputs) {
+        if (!eligible(t, device) || t.dtype() == *target) continue;
+        CacheUse use;
+        t = cast(t, *target, use);
+        if (use != CacheUse::None) cache_note += use == CacheUse::Hit ? "  [weight cast: cached]" : "  [weight cast: new]";
+      }
+    } catch (...) {
+      --g.inner_ops;
+      throw;
+    }
+    --g.inner_ops;
+  }
+
+  if (tracing && s.enabled) {  // ops outside any region are not autocast decisions
+    const std::string ran = dtype_list(inputs);
+    emit(fmt::format("[autocast] {:<14} in: {:<30} policy: {:<20} ran in: {}{}", op, before,
+                     policy ? policy_name(*policy) : "none (input dtypes)",
+                     ran.empty() ? "-" : ran, cache_note));
+  }
+}
+
+AutocastOff::AutocastOff() : prev_cpu_(g.cpu.enabled), prev_cuda_(g.cuda.enabled) {
+  g.cpu.enabled = false;
+  g.cuda.enabled = false;
+  ++g.inner_ops;
+}
+AutocastOff::~AutocastOff() {
+  g.cpu.enabled = prev_cpu_;
+  g.cuda.enabled = prev_cuda_;
+  --g.inner_ops;
+}
+
+trace::trace() : prev_(g_trace) { g_trace = true; }
+trace::~trace() { g_trace = prev_; }
+bool is_tracing() { return g_trace || env_trace(); }
+void trace_line(const std::string& line) { emit(line); }
+void set_trace_sink(std::function<void(const std::string&)> sink) { trace_sink() = std::move(sink); }
+
+}  // namespace halfgrad::amp

@@ -1,0 +1,105 @@
+#pragma once
+// Autocast: the C++ form of `with torch.autocast(device_type):`.
+//
+//   {
+//     hg::amp::autocast region(hg::DeviceType::CUDA);  // float16 by default
+//     auto out = model.forward(x);                     // linear runs in float16
+//     auto loss = criterion(out, y);                   // cross_entropy runs in float32
+//   }
+//
+// The state is per thread. `amp::autocast_inputs` is the dispatcher's autocast
+// step: the one place where inputs are cast, driven by the policy table
+// (amp/policy.h). Casts are ordinary autograd-visible `to` ops, so the
+// backward of a float16 cast of a float32 weight delivers a float32 gradient.
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <halfgrad/amp/policy.h>
+#include <halfgrad/core/tensor.h>
+
+namespace halfgrad::amp {
+
+// RAII region. dtype defaults to float16 on CUDA, bfloat16 on the CPU.
+// `enabled=false` inside an enabled region turns autocast off there; leaving
+// a region restores the previous state exactly. The cast cache lives as long
+// as the outermost region.
+class autocast {
+ public:
+  explicit autocast(DeviceType device_type, std::optional<DType> dtype = std::nullopt, bool enabled = true,
+                    bool cache_enabled = true);
+  ~autocast();
+  autocast(const autocast&) = delete;
+  autocast& operator=(const autocast&) = delete;
+
+ private:
+  DeviceType device_;
+  bool prev_enabled_;
+  DType prev_dtype_;
+  bool prev_cache_enabled_;
+};
+
+// The decorator form: run `fn` under autocast whether or not the caller opened
+// a region, e.g. `Tensor forward(x) { return amp::autocast_fn(DeviceType::CUDA, [&] { ... }); }`.
+template <typename Fn>
+auto autocast_fn(DeviceType device_type, Fn&& fn, std::optional<DType> dtype = std::nullopt, bool enabled = true) {
+  autocast region(device_type, dtype, enabled);
+  return std::forward<Fn>(fn)();
+}
+// Wrap a callable once, like applying `@autocast()` to a function.
+template <typename Fn>
+auto autocast_wrap(DeviceType device_type, Fn fn, std::optional<DType> dtype = std::nullopt) {
+  return [device_type, fn = std::move(fn), dtype](auto&&... args) {
+    autocast region(device_type, dtype);
+    return fn(std::forward<decltype(args)>(args)...);
+  };
+}
+
+// Queries of the current thread's state.
+bool is_autocast_enabled(DeviceType type);
+DType autocast_dtype(DeviceType type);
+bool is_autocast_cache_enabled();
+// Entries in the cast cache (for tests and teaching: a weight used twice is cast once).
+size_t cast_cache_size();
+
+// The dispatcher's autocast step: cast `inputs` in place by the op's policy
+// row. A no-op when autocast is off for the inputs' device type.
+void autocast_inputs(std::string_view op, std::vector<Tensor>& inputs);
+
+// Turns autocast off on this thread for its lifetime: the dispatcher wraps an
+// op's inner call in it (composite ops are not cast twice), and so does the
+// backward engine (backward ops run in their forward dtypes).
+class AutocastOff {
+ public:
+  AutocastOff();
+  ~AutocastOff();
+  AutocastOff(const AutocastOff&) = delete;
+  AutocastOff& operator=(const AutocastOff&) = delete;
+
+ private:
+  bool prev_cpu_, prev_cuda_;
+};
+
+// Trace mode (teaching): inside a trace guard, or with HALFGRAD_AMP_TRACE=1 in
+// the environment, every op called from user code prints one line: op, input
+// dtypes, policy, the dtype it ran in, and which casts came from the cache.
+class trace {
+ public:
+  trace();
+  ~trace();
+  trace(const trace&) = delete;
+  trace& operator=(const trace&) = delete;
+
+ private:
+  bool prev_;
+};
+bool is_tracing();
+// Print one trace line (used by the GradScaler to show its decisions too).
+void trace_line(const std::string& line);
+// Where trace lines go (default: stdout). Pass nullptr to restore the default.
+void set_trace_sink(std::function<void(const std::string&)> sink);
+
+}  // namespace halfgrad::amp

@@ -1,0 +1,165 @@
+#include <halfgrad/amp/grad_scaler.h>
+
+#include <halfgrad/amp/autocast.h>
+#include <halfgrad/amp/scaler_kernels.h>
+#include <halfgrad/autograd/grad_mode.h>
+#include <halfgrad/ops/ops.h>
+
+namespace halfgrad::amp {
+
+GradScaler::GradScaler(GradScalerOptions o) : options_(o) {
+  HG_CHECK(o.growth_factor > 1.0, "GradScaler: growth_factor should be > 1, got {}", o.growth_factor);
+  HG_CHECK(o.backoff_factor < 1.0, "GradScaler: backoff_factor should be < 1, got {}", o.backoff_factor);
+  HG_CHECK(o.growth_interval > 0, "GradScaler: growth_interval should be > 0, got {}", o.growth_interval);
+  HG_CHECK(o.init_scale > 0.0, "GradScaler: init_scale should be > 0, got {}", o.init_scale);
+}
+
+void GradScaler::lazy_init(Device device) {
+  if (scale_.defined()) return;
+  scale_ = full({}, options_.init_scale, TensorOptions(DType::Float32, device));
+  growth_tracker_ = full({}, static_cast<double>(init_growth_tracker_), TensorOptions(DType::Int64, device));
+}
+
+Tensor GradScaler::scale(const Tensor& loss) {
+  if (!options_.enabled) return loss;
+  lazy_init(loss.device());
+  HG_CHECK(scale_.device() == loss.device(),
+           "GradScaler.scale: the scaler lives on {} but the loss {} is on another device; use one scaler per "
+           "device",
+           scale_.device().str(), loss.describe());
+  return mul(loss, scale_);
+}
+
+GradScaler::PerOptimizer& GradScaler::state_for(ScaledOptimizer& optimizer) { return per_optimizer_[&optimizer]; }
+
+Tensor GradScaler::inv_scale() const {
+  // 1/S computed in float64, stored in float32, as PyTorch does. On CUDA a
+  // device thread computes it from the device-resident scale: the host never
+  // reads S, so the step stays free of syncs (and capturable in a CUDA graph).
+  // A fresh tensor each time: nobody holding an older one sees it change.
+  Tensor inv = empty({}, TensorOptions(DType::Float32, scale_.device()));
+  reciprocal_scale(scale_, inv);
+  return inv;
+}
+
+// One pass over every grad: record inf/NaN in a fresh flag, and unscale in
+// place when asked.
+Tensor GradScaler::check(ScaledOptimizer& optimizer, bool unscale) {
+  HG_CHECK(scale_.defined(),
+           "GradScaler: no scale yet. Call scaler.scale(loss).backward() before unscale_() or step().");
+  const std::vector<Tensor> grads = optimizer.scaled_grads();
+  for (const auto& g : grads) {
+    HG_CHECK(g.device() == scale_.device(),
+             "GradScaler: gradient {} is on {} but the scaler lives on {} (the device of the first scaled loss); use "
+             "one GradScaler per device",
+             g.describe(), g.device().str(), scale_.device().str());
+    HG_CHECK(g.dtype() != DType::Float16,
+             "Attempting to unscale FP16 gradients. The parameters are stored in float16, so their gradients "
+             "are too, and unscaling them in place would underflow exactly as the scaling was meant to prevent. "
+             "Keep float32 master weights (do not call model.to(float16)) and let amp::autocast cast them for "
+             "each op. (gradient: {})",
+             g.describe());
+  }
+  // Zeroed on the device's stream (a memset): no host involvement.
+  Tensor found_inf = zeros({}, TensorOptions(DType::Float32, scale_.device()));
+  unscale_and_check(grads, found_inf, unscale ? inv_scale() : Tensor());
+  return found_inf;
+}
+
+void GradScaler::unscale_(ScaledOptimizer& optimizer) {
+  if (!options_.enabled) return;
+  PerOptimizer& st = state_for(optimizer);
+  HG_CHECK(st.stage != Stage::Unscaled,
+           "unscale_() has already been called on this optimizer since the last update().");
+  HG_CHECK(st.stage != Stage::Stepped, "unscale_() is being called after step().");
+  st.found_inf = check(optimizer, /*unscale=*/true);
+  st.stage = Stage::Unscaled;
+}
+
+StepResult GradScaler::step(ScaledOptimizer& optimizer) {
+  if (!options_.enabled) {
+    optimizer.step(ScalerStep{});
+    return StepResult();
+  }
+  PerOptimizer& st = state_for(optimizer);
+  HG_CHECK(st.stage != Stage::Stepped, "step() has already been called since the last update().");
+  ScalerStep handshake;
+  if (st.stage == Stage::Ready) {
+    st.found_inf = check(optimizer, /*unscale=*/false);  // the optimizer unscales as it updates
+    handshake.inv_scale = inv_scale();
+  }
+  handshake.found_inf = st.found_inf;
+  optimizer.step(handshake);
+  st.stage = Stage::Stepped;
+  if (is_tracing())  // reading the flag syncs with the device: only when teaching
+    trace_line(fmt::format("[scaler]   step: grads scaled by {}, inf/NaN found: {} -> update {}", get_scale(),
+                           st.found_inf.item<float>() != 0 ? "yes" : "no",
+                           st.found_inf.item<float>() != 0 ? "SKIPPED" : "applied (grads unscaled in the same pass)"));
+  return StepResult(st.found_inf);
+}
+
+void GradScaler::update() {
+  if (!options_.enabled) return;
+  HG_CHECK(!per_optimizer_.empty(), "No inf checks were recorded prior to update.");
+  // Any optimizer's overflow counts for the shared scale.
+  Tensor found;
+  for (auto& [opt, st] : per_optimizer_) {
+    HG_CHECK(st.found_inf.defined(), "No inf checks were recorded prior to update.");
+    found = found.defined() ? add(found, st.found_inf) : st.found_inf;
+  }
+  const double before = is_tracing() ? get_scale() : 0.0;
+  update_scale(scale_, growth_tracker_, found, options_.growth_factor, options_.backoff_factor,
+               options_.growth_interval);
+  per_optimizer_.clear();
+  if (is_tracing())
+    trace_line(fmt::format("[scaler]   update: scale {} -> {} (clean steps in a row: {} of {})", before, get_scale(),
+                           growth_tracker(), options_.growth_interval));
+}
+
+void GradScaler::update(double new_scale) {
+  if (!options_.enabled) return;
+  HG_CHECK(new_scale > 0.0, "GradScaler.update: new_scale must be > 0, got {}", new_scale);
+  if (scale_.defined()) scale_.fill_(new_scale);
+  else options_.init_scale = new_scale;
+  per_optimizer_.clear();
+}
+
+double GradScaler::get_scale() const {
+  if (!options_.enabled) return 1.0;
+  return scale_.defined() ? scale_.item<double>() : options_.init_scale;
+}
+
+Tensor GradScaler::scale_tensor() const { return scale_; }
+
+int64_t GradScaler::growth_tracker() const {
+  return growth_tracker_.defined() ? growth_tracker_.item<int64_t>() : init_growth_tracker_;
+}
+
+std::map<std::string, double> GradScaler::state_dict() const {
+  if (!options_.enabled) return {};
+  return {{"scale", get_scale()},
+          {"growth_factor", options_.growth_factor},
+          {"backoff_factor", options_.backoff_factor},
+          {"growth_interval", static_cast<double>(options_.growth_interval)},
+          {"_growth_tracker", static_cast<double>(growth_tracker())}};
+}
+
+void GradScaler::load_state_dict(const std::map<std::string, double>& state) {
+  if (!options_.enabled) return;
+  HG_CHECK(!state.empty(),
+           "GradScaler.load_state_dict: the source state dict is empty, possibly because it was saved from a "
+           "disabled instance of GradScaler.");
+  for (const char* key : {"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"})
+    HG_CHECK(state.count(key), "GradScaler.load_state_dict: missing key \"{}\"", key);
+  options_.init_scale = state.at("scale");
+  options_.growth_factor = state.at("growth_factor");
+  options_.backoff_factor = state.at("backoff_factor");
+  options_.growth_interval = static_cast<int64_t>(state.at("growth_interval"));
+  init_growth_tracker_ = static_cast<int64_t>(state.at("_growth_tracker"));
+  if (scale_.defined()) {  // else the first scale() creates them on the loss's device
+    scale_.fill_(state.at("scale"));
+    growth_tracker_.fill_(state.at("_growth_tracker"));
+  }
+}
+
+}  // namespace halfgrad::amp

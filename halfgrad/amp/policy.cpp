@@ -1,0 +1,230 @@
+// The built-in rows: PyTorch's autocast lists (aten/src/ATen/autocast_mode.cpp),
+// for CUDA and for the CPU. Rows for ops halfgrad does not have yet stay here,
+// so this file is the whole table; ../shared/reference/pytorch-amp.md lists the sources.
+#include <halfgrad/amp/policy.h>
+
+#include <fmt/format.h>
+
+#include <map>
+#include <mutex>
+
+#include <halfgrad/core/error.h>
+
+namespace halfgrad::amp {
+
+namespace {
+
+using P = CastPolicy;
+// The fused Linear+activation ops (and linear_chain, a run of them) are linear
+// then an activation with no row (it runs in linear's dtype), so they take
+// linear's row.
+const char* const kFused = "halfgrad's Linear+activation: one GEMM with the activation in its epilogue, as linear";
+const char* const kFusedGelu = "halfgrad's Linear+GELU (exact): the GEMM, then one GELU pass, as linear";
+const char* const kFusedGeluTanh =
+    "halfgrad's Linear+GELU (tanh): one GEMM with the GELU in its epilogue on CUDA, as linear";
+const char* const kChain = "halfgrad's Linear+activation layers as one op (nn::Sequential's runs of them), as linear";
+const char* const kViaDtype = "fp32 through the op's dtype argument: inputs are not cast, the output is float32";
+
+struct Builtin {
+  const char* op;
+  CastPolicy policy;
+  const char* note = "";
+};
+
+// clang-format off
+const std::vector<Builtin> kCuda = {
+  // lower precision: the matmul and convolution family, where tensor cores pay
+  {"conv1d", P::LowerPrecision}, {"conv2d", P::LowerPrecision}, {"conv3d", P::LowerPrecision},
+  {"conv_tbc", P::LowerPrecision}, {"conv_transpose1d", P::LowerPrecision}, {"conv_transpose2d", P::LowerPrecision},
+  {"conv_transpose3d", P::LowerPrecision}, {"convolution", P::LowerPrecision}, {"prelu", P::LowerPrecision},
+  {"addmm", P::LowerPrecision}, {"addmv", P::LowerPrecision}, {"addr", P::LowerPrecision},
+  {"matmul", P::LowerPrecision}, {"einsum", P::LowerPrecision}, {"mm", P::LowerPrecision},
+  {"mv", P::LowerPrecision}, {"linalg_vecdot", P::LowerPrecision}, {"linear", P::LowerPrecision},
+  {"addbmm", P::LowerPrecision}, {"baddbmm", P::LowerPrecision}, {"bmm", P::LowerPrecision},
+  {"chain_matmul", P::LowerPrecision}, {"linalg_multi_dot", P::LowerPrecision}, {"lstm_cell", P::LowerPrecision},
+  {"gru_cell", P::LowerPrecision}, {"rnn_tanh_cell", P::LowerPrecision}, {"rnn_relu_cell", P::LowerPrecision},
+  {"scaled_dot_product_attention", P::LowerPrecision},
+  {"linear_relu", P::LowerPrecision, kFused}, {"linear_gelu", P::LowerPrecision, kFusedGelu},
+  {"linear_gelu_tanh", P::LowerPrecision, kFusedGeluTanh}, {"linear_chain", P::LowerPrecision, kChain},
+  // fp32: ops whose range or precision float16 cannot carry
+  {"acos", P::Fp32}, {"asin", P::Fp32}, {"cosh", P::Fp32}, {"erfinv", P::Fp32}, {"exp", P::Fp32},
+  {"expm1", P::Fp32}, {"log", P::Fp32}, {"log10", P::Fp32}, {"log2", P::Fp32}, {"log1p", P::Fp32},
+  {"reciprocal", P::Fp32}, {"rsqrt", P::Fp32}, {"sinh", P::Fp32}, {"tan", P::Fp32}, {"pow", P::Fp32},
+  {"softplus", P::Fp32}, {"layer_norm", P::Fp32}, {"group_norm", P::Fp32}, {"rms_norm", P::Fp32},
+  {"frobenius_norm", P::Fp32}, {"nuclear_norm", P::Fp32}, {"cosine_similarity", P::Fp32},
+  {"poisson_nll_loss", P::Fp32}, {"cosine_embedding_loss", P::Fp32}, {"nll_loss", P::Fp32},
+  {"nll_loss2d", P::Fp32}, {"hinge_embedding_loss", P::Fp32}, {"kl_div", P::Fp32}, {"l1_loss", P::Fp32},
+  {"smooth_l1_loss", P::Fp32}, {"huber_loss", P::Fp32}, {"mse_loss", P::Fp32},
+  {"margin_ranking_loss", P::Fp32}, {"multilabel_margin_loss", P::Fp32}, {"soft_margin_loss", P::Fp32},
+  {"triplet_margin_loss", P::Fp32}, {"multi_margin_loss", P::Fp32},
+  {"binary_cross_entropy_with_logits", P::Fp32}, {"dist", P::Fp32}, {"pdist", P::Fp32}, {"cdist", P::Fp32},
+  {"renorm", P::Fp32}, {"logsumexp", P::Fp32},
+  {"upsample_nearest1d", P::Fp32}, {"upsample_nearest2d", P::Fp32}, {"upsample_nearest3d", P::Fp32},
+  {"upsample_linear1d", P::Fp32}, {"upsample_bilinear2d", P::Fp32}, {"upsample_trilinear3d", P::Fp32},
+  {"upsample_bicubic2d", P::Fp32},
+  {"cross_entropy", P::Fp32, "composite in PyTorch (log_softmax + nll_loss, both fp32); one fused op here"},
+  {"prod", P::Fp32, kViaDtype}, {"softmax", P::Fp32, kViaDtype}, {"log_softmax", P::Fp32, kViaDtype},
+  {"cumprod", P::Fp32, kViaDtype}, {"cumsum", P::Fp32, kViaDtype}, {"linalg_vector_norm", P::Fp32, kViaDtype},
+  {"linalg_matrix_norm", P::Fp32, kViaDtype}, {"sum", P::Fp32, kViaDtype}, {"norm", P::Fp32, kViaDtype},
+  // promote: ops that combine several inputs and must see one dtype
+  {"addcdiv", P::Promote}, {"addcmul", P::Promote}, {"atan2", P::Promote}, {"bilinear", P::Promote},
+  {"cross", P::Promote}, {"dot", P::Promote}, {"vdot", P::Promote}, {"grid_sampler", P::Promote},
+  {"index_put", P::Promote}, {"tensordot", P::Promote}, {"scatter_add", P::Promote},
+  {"cat", P::Promote}, {"stack", P::Promote},
+  // banned
+  {"binary_cross_entropy", P::Banned},
+};
+
+const std::vector<Builtin> kCpu = {
+  {"conv1d", P::LowerPrecision}, {"conv2d", P::LowerPrecision}, {"conv3d", P::LowerPrecision},
+  {"bmm", P::LowerPrecision}, {"mm", P::LowerPrecision}, {"linalg_vecdot", P::LowerPrecision},
+  {"baddbmm", P::LowerPrecision}, {"addmm", P::LowerPrecision}, {"addbmm", P::LowerPrecision},
+  {"linear", P::LowerPrecision}, {"matmul", P::LowerPrecision}, {"conv_tbc", P::LowerPrecision},
+  {"conv_transpose1d", P::LowerPrecision}, {"conv_transpose2d", P::LowerPrecision},
+  {"conv_transpose3d", P::LowerPrecision}, {"prelu", P::LowerPrecision},
+  {"scaled_dot_product_attention", P::LowerPrecision},
+  {"linear_relu", P::LowerPrecision, kFused}, {"linear_gelu", P::LowerPrecision, kFusedGelu},
+  {"linear_gelu_tanh", P::LowerPrecision, kFusedGeluTanh}, {"linear_chain", P::LowerPrecision, kChain},
+  // fp32: the losses
+  {"mse_loss", P::Fp32}, {"nll_loss", P::Fp32}, {"cross_entropy", P::Fp32}, {"l1_loss", P::Fp32},
+  {"smooth_l1_loss", P::Fp32}, {"huber_loss", P::Fp32}, {"kl_div", P::Fp32}, {"binary_cross_entropy", P::Fp32},
+  {"binary_cross_entropy_with_logits", P::Fp32}, {"margin_ranking_loss", P::Fp32},
+  {"hinge_embedding_loss", P::Fp32}, {"triplet_margin_loss", P::Fp32}, {"multilabel_margin_loss", P::Fp32},
+  {"soft_margin_loss", P::Fp32}, {"multi_margin_loss", P::Fp32}, {"poisson_nll_loss", P::Fp32},
+  {"cosine_embedding_loss", P::Fp32}, {"ctc_loss", P::Fp32},
+  // fp32: 3-d pooling, padding, upsampling
+  {"avg_pool3d", P::Fp32}, {"max_pool3d", P::Fp32}, {"adaptive_avg_pool3d", P::Fp32},
+  {"adaptive_max_pool3d", P::Fp32}, {"reflection_pad1d", P::Fp32}, {"reflection_pad2d", P::Fp32},
+  {"replication_pad1d", P::Fp32}, {"replication_pad2d", P::Fp32}, {"replication_pad3d", P::Fp32},
+  {"upsample_nearest3d", P::Fp32}, {"upsample_trilinear3d", P::Fp32}, {"upsample_linear1d", P::Fp32},
+  {"upsample_bilinear2d", P::Fp32}, {"upsample_bicubic2d", P::Fp32},
+  // fp32: linear algebra, fft and other numerically sensitive ops
+  {"cholesky", P::Fp32}, {"cholesky_inverse", P::Fp32}, {"cholesky_solve", P::Fp32}, {"inverse", P::Fp32},
+  {"lu_solve", P::Fp32}, {"orgqr", P::Fp32}, {"ormqr", P::Fp32}, {"pinverse", P::Fp32}, {"qr", P::Fp32},
+  {"svd", P::Fp32}, {"eig", P::Fp32}, {"eigh", P::Fp32}, {"linalg_solve", P::Fp32}, {"linalg_det", P::Fp32},
+  {"linalg_inv", P::Fp32}, {"linalg_cholesky", P::Fp32}, {"linalg_qr", P::Fp32}, {"linalg_svd", P::Fp32},
+  {"linalg_eig", P::Fp32}, {"linalg_eigh", P::Fp32}, {"linalg_lstsq", P::Fp32}, {"linalg_matrix_exp", P::Fp32},
+  {"fft_fft", P::Fp32}, {"fft_ifft", P::Fp32}, {"fft_rfft", P::Fp32}, {"fft_irfft", P::Fp32},
+  {"fft_fftn", P::Fp32}, {"fft_ifftn", P::Fp32}, {"stft", P::Fp32}, {"cdist", P::Fp32},
+  {"grid_sampler", P::Fp32}, {"prod", P::Fp32}, {"quantile", P::Fp32}, {"nanquantile", P::Fp32},
+  {"trace", P::Fp32}, {"trapz", P::Fp32},
+  // promote
+  {"stack", P::Promote}, {"cat", P::Promote}, {"index_copy", P::Promote},
+};
+// clang-format on
+
+struct Table {
+  std::mutex mutex;
+  // op -> policy; std::nullopt marks a built-in row the user removed
+  std::map<std::string, std::optional<CastPolicy>, std::less<>> overrides[2];
+};
+Table& table() {
+  static Table t;
+  return t;
+}
+const std::vector<Builtin>& builtin(DeviceType d) { return d == DeviceType::CUDA ? kCuda : kCpu; }
+int slot(DeviceType d) { return d == DeviceType::CUDA ? 1 : 0; }
+
+// Fast lookup of the built-in rows (built once).
+const std::map<std::string, CastPolicy, std::less<>>& builtin_index(DeviceType d) {
+  static const auto make = [](const std::vector<Builtin>& rows) {
+    std::map<std::string, CastPolicy, std::less<>> m;
+    for (const auto& r : rows) m.emplace(r.op, r.policy);
+    return m;
+  };
+  static const auto cpu = make(kCpu), cuda = make(kCuda);
+  return d == DeviceType::CUDA ? cuda : cpu;
+}
+
+}  // namespace
+
+std::string_view policy_name(CastPolicy p) {
+  switch (p) {
+    case CastPolicy::LowerPrecision: return "lower_precision";
+    case CastPolicy::Fp32: return "fp32";
+    case CastPolicy::Promote: return "promote";
+    case CastPolicy::Banned: return "banned";
+  }
+  return "?";
+}
+
+std::optional<CastPolicy> lookup_policy(DeviceType device, std::string_view op) {
+  Table& t = table();
+  {
+    std::lock_guard lock(t.mutex);
+    auto& ov = t.overrides[slot(device)];
+    if (!ov.empty()) {
+      auto it = ov.find(op);
+      if (it != ov.end()) return it->second;
+    }
+  }
+  const auto& index = builtin_index(device);
+  auto it = index.find(op);
+  if (it == index.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<PolicyRow> policy_rows(DeviceType device) {
+  std::vector<PolicyRow> rows;
+  Table& t = table();
+  std::lock_guard lock(t.mutex);
+  const auto& ov = t.overrides[slot(device)];
+  for (const auto& r : builtin(device)) {
+    auto it = ov.find(r.op);
+    if (it == ov.end()) {
+      rows.push_back({r.op, r.policy, r.note});
+    } else if (it->second) {
+      rows.push_back({r.op, *it->second, "overridden at run time"});
+    }
+  }
+  for (const auto& [op, p] : ov)
+    if (p && !builtin_index(device).count(op)) rows.push_back({op, *p, "added at run time"});
+  return rows;
+}
+
+void set_policy(DeviceType device, std::string_view op, std::optional<CastPolicy> policy) {
+  Table& t = table();
+  std::lock_guard lock(t.mutex);
+  t.overrides[slot(device)][std::string(op)] = policy;
+}
+
+void reset_policies() {
+  Table& t = table();
+  std::lock_guard lock(t.mutex);
+  for (auto& ov : t.overrides) ov.clear();
+}
+
+std::string banned_message(DeviceType device, std::string_view op) {
+  if (op == "binary_cross_entropy")
+    return fmt::format(
+        "binary_cross_entropy is unsafe to autocast ({} autocast): it takes probabilities, and float16 "
+        "cannot resolve probabilities near 0 and 1. Use binary_cross_entropy_with_logits (it combines a sigmoid "
+        "and the loss and is safe to autocast), or run this op outside the autocast region.",
+        device_type_name(device));
+  return fmt::format("{} is banned under {} autocast; run it outside the autocast region", op,
+                     device_type_name(device));
+}
+
+std::string policy_markdown() {
+  std::string out;
+  for (DeviceType d : {DeviceType::CUDA, DeviceType::CPU}) {
+    out += fmt::format("### {} (default lower-precision dtype: {})\n\n", d == DeviceType::CUDA ? "CUDA" : "CPU",
+                       d == DeviceType::CUDA ? "float16" : "bfloat16");
+    for (CastPolicy p : {CastPolicy::LowerPrecision, CastPolicy::Fp32, CastPolicy::Promote, CastPolicy::Banned}) {
+      std::string ops, notes;
+      int count = 0;
+      for (const auto& r : policy_rows(d)) {
+        if (r.policy != p) continue;
+        ops += (count++ ? ", " : "") + fmt::format("`{}`", r.op);
+        if (!r.note.empty()) notes += fmt::format("\n  - `{}`: {}", r.op, r.note);
+      }
+      if (count == 0) continue;
+      out += fmt::format("- **{}** ({} ops): {}{}\n", policy_name(p), count, ops, notes);
+    }
+    out += "\n";
+  }
+  out += "Ops without a row run in the dtypes of their inputs (elementwise ops promote as usual).\n";
+  return out;
+}
+
+}  // namespace halfgrad::amp

@@ -1,0 +1,168 @@
+// The backward engine: count how many edges lead into each node, then run
+// nodes in topological order (a node runs once all of its consumers have
+// delivered their gradients), summing gradients that meet at one node.
+#include <unordered_map>
+
+#include <halfgrad/autograd/grad_mode.h>
+#include <halfgrad/autograd/node.h>
+#include <halfgrad/amp/autocast.h>
+#include <halfgrad/ops/ops.h>
+
+namespace halfgrad::autograd {
+
+namespace {
+thread_local bool g_grad_enabled = true;
+}
+bool grad_enabled() { return g_grad_enabled; }
+void set_grad_enabled(bool enabled) { g_grad_enabled = enabled; }
+
+const Tensor& SavedTensor::get(const std::string& op) const {
+  HG_CHECK(!released_,
+           "{} backward: trying to backward through the graph a second time (or to use saved tensors after "
+           "they were freed). Pass retain_graph=true to the first backward() if you need to run it twice.",
+           op);
+  if (!tensor_.defined()) return tensor_;
+  HG_CHECK(tensor_.version() == version_,
+           "{} backward: one of the tensors needed for gradient computation ({}) has been modified by an "
+           "in-place operation: it is at version {}, expected version {}. Use an out-of-place op, or clone() "
+           "the tensor before changing it.",
+           op, tensor_.describe(), tensor_.version(), version_);
+  return tensor_;
+}
+
+const Tensor& Saved::input(size_t i) const {
+  HG_CHECK(i < inputs.size(), "{} backward: input {} was not saved (internal error)", op, i);
+  return inputs[i].get(op);
+}
+
+Grads FunctionNode::apply(const Tensor& grad_output) {
+  HG_CHECK(!released,
+           "{} backward: trying to backward through the graph a second time (or to use saved tensors after "
+           "they were freed). Pass retain_graph=true to the first backward() if you need to run it twice.",
+           name);
+  return backward(saved, grad_output);
+}
+
+void FunctionNode::release() {
+  for (auto& s : saved.inputs) s.reset();
+  saved.out.reset();
+  backward = nullptr;  // also frees anything the formula captured
+  released = true;
+}
+
+Grads AccumulateGrad::apply(const Tensor& grad_output) {
+  auto impl = leaf.lock();
+  if (!impl) return {};
+  const Tensor& g = grad_output;
+  // The leaf owns its .grad: never alias a tensor someone else may still
+  // hold (one grad can reach two leaves, e.g. from add), since the optimizer
+  // and the loss scaler change .grad in place. The engine's own reference is
+  // the one count allowed (it drops it after this call).
+  const bool exclusive = g.impl_ptr().use_count() == 1 && g.storage() && g.storage().use_count() == 1 &&
+                         g.is_contiguous();
+  if (!impl->grad) {
+    impl->grad = exclusive ? g.impl_ptr() : g.clone().impl_ptr();
+  } else {
+    impl->grad = add(Tensor(impl->grad), g).impl_ptr();
+  }
+  return {};
+}
+
+std::shared_ptr<Node> gradient_edge(const Tensor& t) {
+  if (!t.defined()) return nullptr;
+  if (t.grad_fn()) return t.grad_fn();
+  if (!t.requires_grad()) return nullptr;
+  auto* impl = t.unsafe_impl();
+  if (!impl->grad_accumulator) {
+    auto acc = std::make_shared<AccumulateGrad>();
+    acc->name = "AccumulateGrad";
+    acc->leaf = t.impl_ptr();
+    impl->grad_accumulator = acc;
+  }
+  return impl->grad_accumulator;
+}
+
+void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
+  auto root_node = gradient_edge(root);
+  HG_CHECK(root_node != nullptr,
+           "backward: tensor {} does not require grad and has no grad_fn. Did you call requires_grad_() on "
+           "the parameters, or compute the loss under no_grad?",
+           root.describe());
+
+  // Pass 1: dependency counts.
+  std::unordered_map<Node*, int> deps;
+  std::vector<Node*> stack{root_node.get()};
+  std::unordered_map<Node*, bool> seen{{root_node.get(), true}};
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (auto& e : n->next) {
+      if (!e) continue;
+      ++deps[e.get()];
+      if (!seen[e.get()]) {
+        seen[e.get()] = true;
+        stack.push_back(e.get());
+      }
+    }
+  }
+
+  // Pass 2: run. Backward formulas record nothing and are never autocast:
+  // each runs in the dtypes its forward ran in.
+  NoGradGuard no_grad;
+  amp::AutocastOff no_autocast;
+  std::unordered_map<Node*, Tensor> pending{{root_node.get(), grad}};
+  std::vector<std::shared_ptr<Node>> ready{root_node};
+  while (!ready.empty()) {
+    std::shared_ptr<Node> node = std::move(ready.back());
+    ready.pop_back();
+    Tensor g = std::move(pending[node.get()]);
+    pending.erase(node.get());
+    Grads grads = node->apply(g);
+    g = Tensor();  // drop our reference so AccumulateGrad can take ownership
+    if (!retain_graph) node->release();
+    for (size_t i = 0; i < node->next.size() && i < grads.size(); ++i) {
+      auto& next = node->next[i];
+      if (!next || !grads[i].defined()) {
+        if (next && --deps[next.get()] == 0) ready.push_back(next);
+        continue;
+      }
+      Tensor gi = std::move(grads[i]);
+      const InputMeta& meta = node->input_meta[i];
+      // Gradients arrive in the dtype of the input they belong to (a float16
+      // input of a promoted float32 op gets a float16 grad), as in PyTorch.
+      if (gi.dtype() != meta.dtype) gi = gi.to(meta.dtype);
+      HG_CHECK(gi.shape() == meta.shape, "{} backward: gradient {} for input {} has the wrong shape, expected {}",
+               node->name, gi.describe(), i, shape_str(meta.shape));
+      auto it = pending.find(next.get());
+      if (it == pending.end() || !it->second.defined()) {
+        pending[next.get()] = std::move(gi);
+      } else {
+        it->second = add(it->second, gi);
+      }
+      if (--deps[next.get()] == 0) ready.push_back(next);
+    }
+  }
+}
+
+}  // namespace halfgrad::autograd
+
+namespace halfgrad {
+
+void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
+  Tensor g = gradient;
+  if (!g.defined()) {
+    HG_CHECK(numel() == 1,
+             "backward: grad can be implicitly created only for scalar outputs, but this tensor is {}. Pass a "
+             "gradient of the same shape: t.backward(grad).",
+             describe());
+    g = ones_like(*this);
+  } else {
+    HG_CHECK(g.shape() == shape(), "backward: gradient {} does not match the tensor {}", g.describe(), describe());
+    HG_CHECK(g.device() == device(), "backward: gradient {} is on another device than the tensor {}", g.describe(),
+             describe());
+    if (g.dtype() != dtype()) g = g.to(dtype());
+  }
+  autograd::run_backward(*this, g, retain_graph);
+}
+
+}  // namespace halfgrad

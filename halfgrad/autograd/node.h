@@ -1,0 +1,86 @@
+#pragma once
+// The autograd graph. Every op has one output, so a Node takes one incoming
+// gradient and returns one gradient per op input. Edges point to the Nodes
+// of the inputs (nullptr where an input needs no gradient); leaves that
+// require grad end in an AccumulateGrad node that writes `.grad`.
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <halfgrad/core/tensor.h>
+
+namespace halfgrad::autograd {
+
+using Grads = std::vector<Tensor>;
+
+// A tensor kept for backward. Remembers the storage version at save time so
+// an in-place change made afterwards is caught instead of giving wrong grads.
+class SavedTensor {
+ public:
+  SavedTensor() = default;
+  explicit SavedTensor(const Tensor& t) : tensor_(t.defined() ? t.detach() : t), version_(t.defined() ? t.version() : 0) {}
+  // The saved tensor (undefined if an undefined one was saved, e.g. no bias).
+  const Tensor& get(const std::string& op) const;
+  void reset() {
+    tensor_ = Tensor();
+    released_ = true;
+  }
+
+ private:
+  Tensor tensor_;
+  uint64_t version_ = 0;
+  bool released_ = false;
+};
+
+// What the dispatcher saved for an op's backward formula.
+struct Saved {
+  std::string op;
+  std::vector<SavedTensor> inputs;  // empty unless the op asked for them
+  SavedTensor out;
+  std::vector<bool> needs_grad;     // per input: does anyone want its gradient? (PyTorch's needs_input_grad)
+  const Tensor& input(size_t i) const;
+  const Tensor& output() const { return out.get(op); }
+};
+
+// An input's metadata, so the engine can check and cast incoming grads.
+struct InputMeta {
+  Shape shape;
+  DType dtype;
+  Device device;
+};
+
+struct Node {
+  std::string name;
+  std::vector<std::shared_ptr<Node>> next;  // one per input; nullptr: no grad needed
+  std::vector<InputMeta> input_meta;
+  virtual ~Node() = default;
+  virtual Grads apply(const Tensor& grad_output) = 0;
+  virtual void release() {}  // free saved tensors once the graph has been run
+};
+
+using BackwardFn = std::function<Grads(const Saved&, const Tensor& grad_output)>;
+
+// The node the dispatcher records for an op: saved tensors + formula.
+struct FunctionNode final : Node {
+  Saved saved;
+  BackwardFn backward;
+  bool released = false;
+  Grads apply(const Tensor& grad_output) override;
+  void release() override;
+};
+
+// The end of the graph for a leaf: adds the incoming grad to `.grad`.
+struct AccumulateGrad final : Node {
+  std::weak_ptr<TensorImpl> leaf;
+  Grads apply(const Tensor& grad_output) override;
+};
+
+// The edge for `t` as an op input: its grad_fn, its accumulator if it is a
+// leaf that requires grad, or nullptr.
+std::shared_ptr<Node> gradient_edge(const Tensor& t);
+
+// Run backward from `root` with `grad` (the engine: topological order).
+void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph);
+
+}  // namespace halfgrad::autograd

@@ -1,0 +1,36 @@
+#include <halfgrad/core/allocator.h>
+
+#include <cstdlib>
+
+#include <halfgrad/core/cuda/runtime.h>
+#include <halfgrad/core/error.h>
+
+namespace halfgrad {
+
+namespace {
+void* allocate_bytes(size_t nbytes, Device device) {
+  if (nbytes == 0) return nullptr;
+  if (device.is_cuda()) return cuda::allocate(nbytes, device.index());
+  const size_t rounded = (nbytes + 63) / 64 * 64;  // aligned_alloc wants a multiple of the alignment
+  void* p = std::aligned_alloc(64, rounded);
+  HG_CHECK(p != nullptr, "allocate: out of host memory asking for {} bytes", nbytes);
+  return p;
+}
+}  // namespace
+
+Storage::Storage(size_t n, Device d) : data(allocate_bytes(n, d)), nbytes(n), device(d) {}
+
+Storage::~Storage() {
+  if (!data) return;
+  if (device.is_cuda()) {
+    cuda::release(data, device.index());
+  } else {
+    std::free(data);
+  }
+}
+
+std::shared_ptr<Storage> allocate_storage(size_t nbytes, Device device) {
+  return std::make_shared<Storage>(nbytes, device);
+}
+
+}  // namespace halfgrad

@@ -1,0 +1,50 @@
+#pragma once
+// The low-level CUDA runtime layer: device discovery, the current stream,
+// stream-ordered allocation, copies and fills. A plain C++ header on purpose
+// (no CUDA includes): host code built by g++ calls it, and only runtime.cu
+// talks to the CUDA runtime. Streams travel as opaque `void*` (a cudaStream_t).
+//
+// Every function that takes `device` makes that device current for the call
+// and restores the caller's device afterwards. All work is queued on
+// current_stream(); the caller must keep that stream on the same device.
+#include <cstddef>
+
+#include <halfgrad/core/device.h>  // declares is_available() and device_count()
+#include <halfgrad/core/dtype.h>
+
+namespace halfgrad::cuda {
+
+// Cached after the first call; any CUDA failure (no driver, driver too old,
+// no device) counts as "not available" and is never an exception.
+bool is_available();
+int device_count();  // 0 on any failure
+
+// The stream halfgrad queues work on. Thread-local; nullptr (the legacy
+// default stream) until set_current_stream is called on this thread.
+void* current_stream();
+void set_current_stream(void* stream);
+
+// Stream-ordered pool allocation (cudaMallocAsync on current_stream()). The
+// device's pool keeps freed memory instead of returning it to the driver, so
+// steady-state training never reaches the driver. nbytes == 0 gives nullptr.
+// Out of memory is a halfgrad::Error that says how much was asked and is used.
+void* allocate(size_t nbytes, int device);
+// cudaFreeAsync on current_stream(): the memory is reusable by later work on
+// that stream at once. Never throws; errors go to stderr. nullptr is a no-op.
+void release(void* ptr, int device) noexcept;
+
+// Copies nbytes; each side is CUDA memory on `device` or (pageable) host
+// memory. Queued on current_stream(); a copy to the host waits for it, so the
+// host can read `dst` on return. The host source of a host-to-device copy may
+// be reused as soon as this returns.
+void copy_bytes(void* dst, bool dst_cuda, const void* src, bool src_cuda, size_t nbytes,
+                int device);
+
+// Writes `value` converted to `dtype` into n elements at dst (queued, async).
+// Half/BFloat16 round through float as core/half.h does; bool is value != 0.
+void fill(void* dst, DType dtype, size_t n, double value, int device);
+
+// Wait for everything queued on current_stream().
+void synchronize();
+
+}  // namespace halfgrad::cuda

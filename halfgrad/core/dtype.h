@@ -1,0 +1,124 @@
+#pragma once
+// The six dtypes, their sizes and names, and PyTorch's promotion rules.
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include <halfgrad/core/half.h>
+
+namespace halfgrad {
+
+enum class DType : uint8_t { Float32, Float64, Float16, BFloat16, Int64, Bool };
+
+inline constexpr DType float32 = DType::Float32;
+inline constexpr DType float64 = DType::Float64;
+inline constexpr DType float16 = DType::Float16;
+inline constexpr DType bfloat16 = DType::BFloat16;
+inline constexpr DType int64 = DType::Int64;
+inline constexpr DType boolean = DType::Bool;
+
+constexpr size_t itemsize(DType t) {
+  switch (t) {
+    case DType::Float64:
+    case DType::Int64: return 8;
+    case DType::Float32: return 4;
+    case DType::Float16:
+    case DType::BFloat16: return 2;
+    case DType::Bool: return 1;
+  }
+  return 0;
+}
+
+constexpr std::string_view dtype_name(DType t) {
+  switch (t) {
+    case DType::Float32: return "float32";
+    case DType::Float64: return "float64";
+    case DType::Float16: return "float16";
+    case DType::BFloat16: return "bfloat16";
+    case DType::Int64: return "int64";
+    case DType::Bool: return "bool";
+  }
+  return "?";
+}
+
+constexpr bool is_floating(DType t) {
+  return t == DType::Float32 || t == DType::Float64 || t == DType::Float16 || t == DType::BFloat16;
+}
+constexpr bool is_low_precision(DType t) { return t == DType::Float16 || t == DType::BFloat16; }
+
+// PyTorch's promote_types for our dtypes: bool < int64 < floats; among floats
+// the wider wins, and float16 with bfloat16 gives float32 (neither holds the other).
+constexpr DType promote_types(DType a, DType b) {
+  if (a == b) return a;
+  if (a == DType::Bool) return b;
+  if (b == DType::Bool) return a;
+  if (a == DType::Int64) return b;
+  if (b == DType::Int64) return a;
+  if (a == DType::Float64 || b == DType::Float64) return DType::Float64;
+  return DType::Float32;  // f32 with anything half, or f16 with bf16
+}
+
+// C++ type <-> DType.
+template <typename T> struct dtype_of;
+template <> struct dtype_of<float> { static constexpr DType value = DType::Float32; };
+template <> struct dtype_of<double> { static constexpr DType value = DType::Float64; };
+template <> struct dtype_of<Half> { static constexpr DType value = DType::Float16; };
+template <> struct dtype_of<BFloat16> { static constexpr DType value = DType::BFloat16; };
+template <> struct dtype_of<int64_t> { static constexpr DType value = DType::Int64; };
+template <> struct dtype_of<bool> { static constexpr DType value = DType::Bool; };
+
+// The type a kernel computes in: half types compute in float and round once.
+template <typename T> struct acc_type { using type = T; };
+template <> struct acc_type<Half> { using type = float; };
+template <> struct acc_type<BFloat16> { using type = float; };
+template <typename T> using acc_t = typename acc_type<T>::type;
+
+}  // namespace halfgrad
+
+// HG_DISPATCH_*(dtype, name, ...): run the lambda body with scalar_t bound to
+// the C++ type of `dtype`; any other dtype is an Error naming the op.
+#define HG_DTYPE_CASE(enum_v, T, ...) \
+  case enum_v: {                      \
+    using scalar_t = T;               \
+    return __VA_ARGS__();             \
+  }
+
+#define HG_DISPATCH_FLOATING(dtype, op, ...)                                                      \
+  [&] {                                                                                          \
+    switch (dtype) {                                                                             \
+      HG_DTYPE_CASE(::halfgrad::DType::Float32, float, __VA_ARGS__)                              \
+      HG_DTYPE_CASE(::halfgrad::DType::Float64, double, __VA_ARGS__)                             \
+      HG_DTYPE_CASE(::halfgrad::DType::Float16, ::halfgrad::Half, __VA_ARGS__)                   \
+      HG_DTYPE_CASE(::halfgrad::DType::BFloat16, ::halfgrad::BFloat16, __VA_ARGS__)              \
+      default:                                                                                   \
+        ::halfgrad::fail("{}: dtype {} is not supported (expected a floating dtype: float32, "    \
+                         "float64, float16 or bfloat16)", op, ::halfgrad::dtype_name(dtype));    \
+    }                                                                                            \
+  }()
+
+#define HG_DISPATCH_NUMERIC(dtype, op, ...)                                                       \
+  [&] {                                                                                          \
+    switch (dtype) {                                                                             \
+      HG_DTYPE_CASE(::halfgrad::DType::Float32, float, __VA_ARGS__)                              \
+      HG_DTYPE_CASE(::halfgrad::DType::Float64, double, __VA_ARGS__)                             \
+      HG_DTYPE_CASE(::halfgrad::DType::Float16, ::halfgrad::Half, __VA_ARGS__)                   \
+      HG_DTYPE_CASE(::halfgrad::DType::BFloat16, ::halfgrad::BFloat16, __VA_ARGS__)              \
+      HG_DTYPE_CASE(::halfgrad::DType::Int64, int64_t, __VA_ARGS__)                              \
+      default:                                                                                   \
+        ::halfgrad::fail("{}: dtype {} is not supported (expected a number dtype)", op,           \
+                         ::halfgrad::dtype_name(dtype));                                          \
+    }                                                                                            \
+  }()
+
+#define HG_DISPATCH_ALL(dtype, op, ...)                                                           \
+  [&] {                                                                                          \
+    switch (dtype) {                                                                             \
+      HG_DTYPE_CASE(::halfgrad::DType::Float32, float, __VA_ARGS__)                              \
+      HG_DTYPE_CASE(::halfgrad::DType::Float64, double, __VA_ARGS__)                             \
+      HG_DTYPE_CASE(::halfgrad::DType::Float16, ::halfgrad::Half, __VA_ARGS__)                   \
+      HG_DTYPE_CASE(::halfgrad::DType::BFloat16, ::halfgrad::BFloat16, __VA_ARGS__)              \
+      HG_DTYPE_CASE(::halfgrad::DType::Int64, int64_t, __VA_ARGS__)                              \
+      HG_DTYPE_CASE(::halfgrad::DType::Bool, bool, __VA_ARGS__)                                  \
+    }                                                                                            \
+    ::halfgrad::fail("{}: unknown dtype", op);                                                   \
+  }()

@@ -1,0 +1,41 @@
+#include <halfgrad/core/random.h>
+
+#include <mutex>
+
+namespace halfgrad {
+
+namespace {
+std::mutex g_mutex;
+uint64_t g_seed = 0x5eed;
+uint64_t g_offset = 0;
+uint64_t g_generation = 0;
+}  // namespace
+
+void manual_seed(uint64_t seed) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_seed = seed;
+  g_offset = 0;
+  ++g_generation;
+}
+
+uint64_t initial_seed() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_seed;
+}
+
+namespace rng {
+
+PhiloxState cpu_reserve(uint64_t n) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  const PhiloxState s{g_seed, g_offset};
+  g_offset += n;
+  return s;
+}
+
+uint64_t seed_generation() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_generation;
+}
+
+}  // namespace rng
+}  // namespace halfgrad

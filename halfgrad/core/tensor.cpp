@@ -1,0 +1,143 @@
+#include <halfgrad/core/alias.h>
+#include <halfgrad/core/tensor.h>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <halfgrad/core/cuda/runtime.h>
+
+namespace halfgrad {
+
+std::string shape_str(const Shape& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+Shape contiguous_strides(const Shape& s) {
+  Shape st(s.size());
+  int64_t acc = 1;
+  for (size_t i = s.size(); i-- > 0;) {
+    st[i] = acc;
+    acc *= std::max<int64_t>(s[i], 1);
+  }
+  return st;
+}
+
+namespace {
+int64_t wrap_dim(int64_t dim, int64_t ndim, const char* what) {
+  const int64_t n = std::max<int64_t>(ndim, 1);
+  HG_CHECK(dim >= -n && dim < n, "{}: dimension {} out of range for a tensor of {} dims (expected {} to {})",
+           what, dim, ndim, -n, n - 1);
+  return dim < 0 ? dim + n : dim;
+}
+}  // namespace
+
+int64_t Tensor::size(int64_t d) const {
+  HG_CHECK(dim() > 0, "size: tensor {} has no dimensions", describe());
+  return shape()[wrap_dim(d, dim(), "size")];
+}
+int64_t Tensor::stride(int64_t d) const {
+  HG_CHECK(dim() > 0, "stride: tensor {} has no dimensions", describe());
+  return strides()[wrap_dim(d, dim(), "stride")];
+}
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  for (size_t i = shape().size(); i-- > 0;) {
+    if (shape()[i] == 1) continue;
+    if (strides()[i] != expected) return false;
+    expected *= shape()[i];
+  }
+  return true;
+}
+
+std::string Tensor::describe() const {
+  if (!defined()) return "undefined";
+  return fmt::format("{}{} {}", dtype_name(dtype()), shape_str(shape()), device().str());
+}
+
+void* Tensor::data_ptr() const {
+  auto& s = impl().storage;
+  if (!s || !s->data) return nullptr;
+  return static_cast<char*>(s->data) + offset() * static_cast<int64_t>(itemsize(dtype()));
+}
+
+bool Tensor::requires_grad() const { return impl().requires_grad || impl().grad_fn != nullptr; }
+
+Tensor& Tensor::requires_grad_(bool r) {
+  HG_CHECK(is_leaf() || r, "requires_grad_: only leaf tensors can stop requiring grad; use detach() instead");
+  HG_CHECK(!r || is_floating(dtype()),
+           "requires_grad_: only floating tensors can require gradients, this one is {}", describe());
+  impl().requires_grad = r;
+  return *this;
+}
+
+Tensor make_tensor(const Shape& shape, TensorOptions options) {
+  for (int64_t d : shape) HG_CHECK(d >= 0, "empty: negative dimension in shape {}", shape_str(shape));
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = options.dtype();
+  impl->device = options.device();
+  impl->storage = allocate_storage(static_cast<size_t>(shape_numel(shape)) * itemsize(options.dtype()),
+                                   options.device());
+  impl->requires_grad = options.requires_grad();
+  if (options.requires_grad()) Tensor(impl).requires_grad_(true);
+  return Tensor(std::move(impl));
+}
+
+Tensor alias_with(const Tensor& base, Shape shape, Shape strides, int64_t offset) {
+  // A view must stay inside its storage (as_strided's check in PyTorch): the
+  // lowest and highest elements it reaches, negative strides included.
+  HG_CHECK(shape.size() == strides.size(), "view: shape {} and strides {} differ in rank (of {})", shape_str(shape),
+           shape_str(strides), base.describe());
+  for (int64_t n : shape) {
+    HG_CHECK(n >= 0, "view: negative size in shape {} (of {})", shape_str(shape), base.describe());
+  }
+  if (shape_numel(shape) > 0 && base.storage()) {
+    int64_t first = offset, last = offset;
+    for (size_t i = 0; i < shape.size(); ++i) {
+      const int64_t reach = (shape[i] - 1) * strides[i];
+      (reach < 0 ? first : last) += reach;
+    }
+    const int64_t capacity = static_cast<int64_t>(base.storage()->nbytes / itemsize(base.dtype()));
+    HG_CHECK(first >= 0 && last < capacity,
+             "view: shape {} with strides {} at offset {} reaches elements {}..{}, outside the {} elements of the "
+             "storage of {}",
+             shape_str(shape), shape_str(strides), offset, first, last, capacity, base.describe());
+  }
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = base.storage();
+  impl->shape = std::move(shape);
+  impl->strides = std::move(strides);
+  impl->offset = offset;
+  impl->dtype = base.dtype();
+  impl->device = base.device();
+  return Tensor(std::move(impl));
+}
+
+Tensor Tensor::detach() const { return alias_with(*this, shape(), strides(), offset()); }
+
+template <typename T>
+T Tensor::item() const {
+  HG_CHECK(numel() == 1, "item: expected a tensor with one element, got {}", describe());
+  Tensor host = device().is_cpu() ? *this : to(Device::cpu());
+  // Read the one element in its own dtype, then convert like a C++ cast.
+  return HG_DISPATCH_ALL(host.dtype(), "item", [&]() -> T {
+    return static_cast<T>(static_cast<acc_t<scalar_t>>(*static_cast<const scalar_t*>(host.data_ptr())));
+  });
+}
+
+template float Tensor::item<float>() const;
+template double Tensor::item<double>() const;
+template int64_t Tensor::item<int64_t>() const;
+template bool Tensor::item<bool>() const;
+template <>
+Half Tensor::item<Half>() const { return Half(item<float>()); }
+template <>
+BFloat16 Tensor::item<BFloat16>() const { return BFloat16(item<float>()); }
+
+}  // namespace halfgrad

@@ -1,0 +1,185 @@
+#pragma once
+// Tensor: a cheap ref-counted handle to (storage, shape, strides, offset,
+// dtype, device) plus autograd metadata. Copying a Tensor copies the handle;
+// views share storage. Ops live in ops/ and are declared in ops/ops.h; the
+// methods here are thin forwards to them, as in PyTorch.
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <halfgrad/core/allocator.h>
+#include <halfgrad/core/device.h>
+#include <halfgrad/core/dtype.h>
+#include <halfgrad/core/error.h>
+
+namespace halfgrad {
+
+namespace autograd {
+struct Node;
+}
+
+using Shape = std::vector<int64_t>;
+
+std::string shape_str(const Shape& s);  // "[2, 3]"
+int64_t shape_numel(const Shape& s);
+Shape contiguous_strides(const Shape& s);
+
+// How to make a tensor: dtype, device, requires_grad. Implicit from a DType or
+// a Device so that `randn({2, 3}, device)` and `zeros({4}, float16)` read well.
+class TensorOptions {
+ public:
+  TensorOptions() = default;
+  TensorOptions(DType d) : dtype_(d) {}    // NOLINT(implicit)
+  TensorOptions(Device d) : device_(d) {}  // NOLINT(implicit)
+  TensorOptions(DType t, Device d) : dtype_(t), device_(d) {}
+  TensorOptions dtype(DType d) const { auto o = *this; o.dtype_ = d; return o; }
+  TensorOptions device(Device d) const { auto o = *this; o.device_ = d; return o; }
+  TensorOptions requires_grad(bool r) const { auto o = *this; o.requires_grad_ = r; return o; }
+  DType dtype() const { return dtype_.value_or(DType::Float32); }
+  bool has_dtype() const { return dtype_.has_value(); }
+  // The dtype if one was given, else the factory's own default (int64 for randint).
+  TensorOptions with_default_dtype(DType d) const { return has_dtype() ? *this : dtype(d); }
+  Device device() const { return device_; }
+  bool requires_grad() const { return requires_grad_; }
+
+ private:
+  std::optional<DType> dtype_;  // unset: float32, or the factory's default
+  Device device_ = Device::cpu();
+  bool requires_grad_ = false;
+};
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  Shape shape;
+  Shape strides;  // in elements
+  int64_t offset = 0;  // in elements
+  DType dtype = DType::Float32;
+  Device device;
+  // autograd
+  bool requires_grad = false;                     // for leaves; non-leaves require grad iff grad_fn is set
+  std::shared_ptr<TensorImpl> grad;               // leaf .grad
+  std::shared_ptr<autograd::Node> grad_fn;        // the Node that produced this tensor (non-leaf)
+  std::shared_ptr<autograd::Node> grad_accumulator;  // leaf: the node that writes .grad
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // --- metadata ---------------------------------------------------------
+  bool defined() const { return impl_ != nullptr; }
+  DType dtype() const { return impl().dtype; }
+  Device device() const { return impl().device; }
+  const Shape& shape() const { return impl().shape; }
+  const Shape& sizes() const { return impl().shape; }
+  const Shape& strides() const { return impl().strides; }
+  int64_t size(int64_t dim) const;
+  int64_t stride(int64_t dim) const;
+  int64_t dim() const { return static_cast<int64_t>(impl().shape.size()); }
+  int64_t numel() const { return shape_numel(impl().shape); }
+  int64_t offset() const { return impl().offset; }
+  bool is_contiguous() const;
+  bool is_floating_point() const { return is_floating(dtype()); }
+  TensorOptions options() const { return TensorOptions(dtype(), device()); }
+  // "float32[2, 3] cpu": used in every error message.
+  std::string describe() const;
+
+  // Raw data: the first element of this view.
+  void* data_ptr() const;
+  template <typename T>
+  T* data() const {
+    HG_CHECK(dtype_of<T>::value == dtype(), "data<T>: tensor is {}, asked for {}", dtype_name(dtype()),
+             dtype_name(dtype_of<T>::value));
+    return static_cast<T*>(data_ptr());
+  }
+  const std::shared_ptr<Storage>& storage() const { return impl().storage; }
+  uint64_t version() const { return impl().storage ? impl().storage->version : 0; }
+  void bump_version() const {
+    if (impl().storage) ++impl().storage->version;
+  }
+  TensorImpl* unsafe_impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
+
+  // Value of a one-element tensor (synchronises with the device).
+  template <typename T>
+  T item() const;
+
+  // --- autograd ---------------------------------------------------------
+  bool requires_grad() const;
+  Tensor& requires_grad_(bool r = true);
+  bool is_leaf() const { return impl().grad_fn == nullptr; }
+  Tensor grad() const { return Tensor(impl().grad); }
+  void set_grad(const Tensor& g) const { impl().grad = g.impl_; }
+  const std::shared_ptr<autograd::Node>& grad_fn() const { return impl().grad_fn; }
+  // Backward from this tensor: a scalar needs no gradient, anything else does.
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
+  Tensor detach() const;  // same storage, no history
+
+  // --- views (share storage) -------------------------------------------
+  Tensor view(const Shape& shape) const;
+  Tensor reshape(const Shape& shape) const;  // a view when possible, else a copy
+  Tensor transpose(int64_t d0, int64_t d1) const;
+  Tensor t() const { return dim() < 2 ? *this : transpose(0, 1); }  // 0-d and 1-d: unchanged
+  Tensor permute(const Shape& dims) const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor select(int64_t dim, int64_t index) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor expand(const Shape& shape) const;
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+
+  // --- copies and casts -------------------------------------------------
+  Tensor contiguous() const;
+  Tensor clone() const;
+  Tensor to(DType dtype) const;
+  Tensor to(Device device) const;
+  Tensor to(Device device, DType dtype) const;
+  Tensor cpu() const { return to(Device::cpu()); }
+  Tensor cuda(int index = 0) const { return to(Device::cuda(index)); }
+
+  // --- in-place (bump the version counter; never recorded by autograd) ---
+  Tensor& zero_();
+  Tensor& fill_(double value);
+  Tensor& copy_(const Tensor& src);
+  Tensor& add_(const Tensor& other, double alpha = 1.0);
+  Tensor& mul_(const Tensor& other);
+  Tensor& mul_(double value);
+
+  // --- math as methods (forwards to ops/) ---------------------------------
+  Tensor sum() const;
+  Tensor sum(const Shape& dims, bool keepdim = false) const;
+  Tensor mean() const;
+  Tensor mean(const Shape& dims, bool keepdim = false) const;
+  Tensor matmul(const Tensor& other) const;
+  Tensor pow(double exponent) const;
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor sqrt() const;
+  Tensor abs() const;
+  Tensor relu() const;
+
+ private:
+  TensorImpl& impl() const {
+    HG_CHECK(impl_ != nullptr, "Tensor: use of an undefined tensor (default-constructed or moved-from)");
+    return *impl_;
+  }
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+// A new, uninitialised tensor (contiguous).
+Tensor make_tensor(const Shape& shape, TensorOptions options = {});
+
+extern template float Tensor::item<float>() const;
+extern template double Tensor::item<double>() const;
+extern template int64_t Tensor::item<int64_t>() const;
+extern template bool Tensor::item<bool>() const;
+template <> Half Tensor::item<Half>() const;
+template <> BFloat16 Tensor::item<BFloat16>() const;
+
+}  // namespace halfgrad

@@ -1,0 +1,138 @@
+#pragma once
+// Module: the base of every layer and model (PyTorch's nn.Module). A module
+// registers its parameters, buffers and sub-modules by name; everything else
+// (parameters(), state_dict(), to(), train()/eval()) walks that registry.
+//
+// Registration stores pointers to the registered members, as in
+//   struct MLP : hg::nn::Module {
+//     hg::nn::Linear linear1{10, 100};
+//     MLP() { register_module("linear1", linear1); }
+//   };
+// so modules can be neither copied nor moved. A child can also be owned by
+// its parent through a shared_ptr (Sequential does this).
+//
+// Layers have a plain member `Tensor forward(const Tensor&)` and an
+// operator() that calls it; Module itself has no virtual forward because
+// models differ in what they take and return.
+#include <concepts>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <halfgrad/core/tensor.h>
+#include <halfgrad/nn/state_dict.h>
+
+namespace halfgrad::nn {
+
+class Module;
+
+// What load_state_dict(strict=false) skipped (strict=true makes both an Error).
+struct LoadResult {
+  std::vector<std::string> missing_keys;     // in the model, not in the state dict
+  std::vector<std::string> unexpected_keys;  // in the state dict, not in the model
+};
+
+class Module {
+ public:
+  Module() = default;
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // ---- registration: names are unique per module, non-empty, without '.' --
+  // `param` becomes a leaf that requires grad (when floating and
+  // requires_grad); an undefined tensor is allowed and skipped until set.
+  Tensor& register_parameter(const std::string& name, Tensor& param, bool requires_grad = true);
+  // Buffers are state that is not trained (running statistics); a
+  // non-persistent one stays out of state_dict.
+  Tensor& register_buffer(const std::string& name, Tensor& buffer, bool persistent = true);
+  // A member sub-module, held by pointer: it must live as long as this one.
+  template <typename M>
+    requires std::derived_from<M, Module>
+  M& register_module(const std::string& name, M& child) {
+    add_child(name, &child, nullptr);
+    return child;
+  }
+  // An owned sub-module.
+  template <typename M>
+    requires std::derived_from<M, Module>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> child) {
+    HG_CHECK(child != nullptr, "register_module: \"{}\" is a null module", name);
+    add_child(name, child.get(), child);
+    return child;
+  }
+
+  // ---- traversal: registration order, own entries before children's; a
+  // tensor or module reachable twice is listed once (as in PyTorch) --------
+  std::vector<Tensor> parameters(bool recurse = true) const;
+  std::vector<std::pair<std::string, Tensor>> named_parameters(bool recurse = true) const;
+  std::vector<Tensor> buffers(bool recurse = true) const;
+  std::vector<std::pair<std::string, Tensor>> named_buffers(bool recurse = true) const;
+  std::vector<std::pair<std::string, Module*>> named_children() const;
+  // This module (named "") and all below it, depth first.
+  std::vector<std::pair<std::string, Module*>> named_modules() const;
+  // Calls fn on every sub-module, then on this one (PyTorch's apply, e.g. for a custom init).
+  Module& apply(const std::function<void(Module&)>& fn);
+
+  // ---- mode: Dropout and friends read is_training() ------------------------
+  Module& train(bool on = true);
+  Module& eval() { return train(false); }
+  bool is_training() const { return training_; }
+
+  // ---- device and dtype: parameters and buffers are converted in place
+  // (their tensor handles keep their identity, so an optimizer made before
+  // still holds them, as with PyTorch's `param.data = ...`). A dtype applies
+  // to floating tensors only; integer buffers keep theirs. --------------------
+  Module& to(Device device);
+  Module& to(DType dtype);
+  Module& to(Device device, DType dtype);
+
+  // ---- state ----------------------------------------------------------------
+  // Parameters then persistent buffers, per module, depth first. The tensors
+  // share storage with the model (detached).
+  StateDict state_dict() const;
+  // Copies (converting dtype and device) every entry into the model under
+  // no_grad. A size mismatch is always an Error; strict also rejects missing
+  // and unexpected keys. Nothing is copied when there is an Error.
+  LoadResult load_state_dict(const StateDict& state, bool strict = true);
+
+  // set_to_none: drop .grad (the default, as in PyTorch 2); else zero it in place.
+  void zero_grad(bool set_to_none = true);
+
+  // ---- printing -----------------------------------------------------------
+  // The class name without namespaces ("Linear", "MLP").
+  std::string type_name() const;
+  // PyTorch's repr: the module tree with each layer's settings.
+  std::string repr() const;
+  // The settings a layer shows in repr ("in_features=10, out_features=100, bias=True").
+  virtual std::string extra_repr() const { return ""; }
+
+ private:
+  struct TensorSlot {
+    std::string name;
+    Tensor* tensor;
+    bool persistent = true;
+  };
+  struct Child {
+    std::string name;
+    Module* module;
+    std::shared_ptr<Module> owned;  // null for a member
+  };
+  void check_new_name(const char* what, const std::string& name) const;
+  void add_child(const std::string& name, Module* child, std::shared_ptr<Module> owned);
+  std::vector<std::pair<std::string, Tensor>> named_tensors(bool recurse, bool buffers) const;
+  void convert(std::optional<Device> device, std::optional<DType> dtype);
+  // (key, slot) of every state_dict entry, in state_dict order.
+  void state_slots(const std::string& prefix, std::vector<std::pair<std::string, Tensor*>>& out) const;
+  std::string repr_indented(int indent) const;
+
+  std::vector<TensorSlot> params_;
+  std::vector<TensorSlot> buffers_;
+  std::vector<Child> children_;
+  bool training_ = true;
+};
+
+}  // namespace halfgrad::nn

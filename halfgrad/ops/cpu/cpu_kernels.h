@@ -1,0 +1,45 @@
+#pragma once
+// The CPU backend: one function per entry of ops/kernels.h (same contracts).
+#include <halfgrad/ops/kernels.h>
+
+namespace halfgrad::cpu {
+
+void unary(kernels::UnaryOp op, const Tensor& in, const Tensor& out, kernels::UnaryParams p);
+void binary(kernels::BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, double alpha);
+void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out);
+void fill(const Tensor& out, double value);
+void copy(const Tensor& dst, const Tensor& src);
+void reduce(kernels::ReduceOp op, const Tensor& in, const std::vector<int64_t>& dims, const Tensor& out);
+void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias, float beta, bool relu = false);
+void linear_act(const Tensor& x2, const Tensor& w, const Tensor& bias, kernels::Activation act, const Tensor& out,
+                const Tensor& pre);
+void linear_act_backward(const Tensor& g, const Tensor& x2, const Tensor& w, kernels::Activation act,
+                         const Tensor& saved, const Tensor& dx, const Tensor& dw, const Tensor& db);
+std::vector<Tensor> linear_chain(const std::vector<Tensor>& h, const std::vector<Tensor>& w,
+                                 const std::vector<Tensor>& b, const std::vector<kernels::Activation>& act, bool keep);
+void linear_chain_backward(const Tensor& g, const std::vector<Tensor>& h, const std::vector<Tensor>& w,
+                           const std::vector<kernels::Activation>& act, const std::vector<Tensor>& saved,
+                           const Tensor& dx, const std::vector<Tensor>& dw, const std::vector<Tensor>& db);
+void softmax(const Tensor& in, const Tensor& out, bool log);
+void softmax_backward(const Tensor& grad_out, const Tensor& y, const Tensor& grad_in, bool log);
+void nll_loss(const Tensor& logp, const Tensor& target, const Tensor& out, int64_t ignore_index, const char* op);
+void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& grad_logp, int64_t ignore_index);
+void uniform(const Tensor& out, double low, double high);
+void normal(const Tensor& out, double mean, double std);
+void randint(const Tensor& out, int64_t low, int64_t high);
+
+// Element conversion as in PyTorch: through the compute type, bool is x != 0.
+template <typename D, typename S>
+inline D convert(S x) {
+  if constexpr (std::is_same_v<D, S>) {
+    return x;
+  } else if constexpr (std::is_same_v<D, bool>) {
+    return static_cast<acc_t<S>>(x) != acc_t<S>(0);
+  } else if constexpr (std::is_same_v<D, Half> || std::is_same_v<D, BFloat16>) {
+    return D(static_cast<float>(static_cast<acc_t<S>>(x)));
+  } else {
+    return static_cast<D>(static_cast<acc_t<S>>(x));
+  }
+}
+
+}  // namespace halfgrad::cpu

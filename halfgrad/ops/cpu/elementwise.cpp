@@ -1,0 +1,128 @@
+// CPU elementwise kernels: the shared math of ops/math.h inside the strided
+// loop of ops/cpu/loops.h. Half types load as float, compute, round once.
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include <halfgrad/core/macros.h>
+#include <halfgrad/ops/cpu/cpu_kernels.h>
+#include <halfgrad/ops/cpu/loops.h>
+#include <halfgrad/ops/math.h>
+
+namespace halfgrad::cpu {
+
+using kernels::BinaryOp;
+using kernels::UnaryOp;
+
+void unary(UnaryOp op, const Tensor& in, const Tensor& out, kernels::UnaryParams p) {
+  HG_DISPATCH_NUMERIC(in.dtype(), "unary", [&] {
+    using acc = acc_t<scalar_t>;
+    // Integer clamp bounds: NaN (no bound) becomes the type's extreme.
+    auto bound = [](double v, bool upper) -> acc {
+      if constexpr (std::is_integral_v<acc>) {
+        if (v != v) return upper ? std::numeric_limits<acc>::max() : std::numeric_limits<acc>::min();
+      }
+      return static_cast<acc>(v);
+    };
+    const acc a = bound(p.a, false), b = bound(p.b, true);
+    auto run = [&]<UnaryOp Op>() {
+      if constexpr (std::is_integral_v<acc> && !math::unary_supports_int(Op)) {
+        fail("unary: op is not defined for integer tensors ({})", in.describe());
+      } else {
+        map<scalar_t, scalar_t>(out, [=](scalar_t x) { return scalar_t(math::unary_fn<Op>(acc(x), a, b)); }, in);
+      }
+    };
+    HG_UNARY_OP_SWITCH(op, run);
+  });
+}
+
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, double alpha) {
+  HG_DISPATCH_NUMERIC(a.dtype(), "binary", [&] {
+    using acc = acc_t<scalar_t>;
+    const acc al = static_cast<acc>(alpha);
+    auto arith = [&]<BinaryOp Op>() {
+      map<scalar_t, scalar_t, scalar_t>(
+          out, [=](scalar_t x, scalar_t y) { return scalar_t(math::binary_fn<Op>(acc(x), acc(y), al)); }, a, b);
+    };
+    auto compare = [&]<BinaryOp Op>() {
+      map<bool, scalar_t, scalar_t>(out, [](scalar_t x, scalar_t y) { return math::compare_fn<Op>(acc(x), acc(y)); },
+                                    a, b);
+    };
+    if (out.dtype() == DType::Bool) {
+      HG_COMPARE_OP_SWITCH(op, compare);
+    } else {
+      HG_ARITH_OP_SWITCH(op, arith);
+    }
+  });
+}
+
+void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
+  HG_DISPATCH_ALL(a.dtype(), "where", [&] {
+    map<scalar_t, bool, scalar_t, scalar_t>(out, [](bool c, scalar_t x, scalar_t y) { return c ? x : y; }, cond, a,
+                                            b);
+  });
+}
+
+void fill(const Tensor& out, double value) {
+  HG_DISPATCH_ALL(out.dtype(), "fill", [&] {
+    const scalar_t v = convert<scalar_t>(value);
+    map<scalar_t>(out, [=]() { return v; });
+  });
+}
+
+namespace {
+// float32 -> bfloat16 on a flat range, compiled for AVX-512 and AVX2 as well
+// as the baseline and picked at load time (the same exact rounding; wider
+// vectors make it memory-bound instead of compute-bound).
+HG_TARGET_CLONES void to_bfloat16(uint16_t* d, const float* s,
+                                                                            int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = float_to_bfloat16_bits(s[i]);
+}
+
+HG_TARGET_CLONES void from_bfloat16(float* d, const uint16_t* s,
+                                                                              int64_t n) {
+  for (int64_t i = 0; i < n; ++i) d[i] = bfloat16_bits_to_float(s[i]);
+}
+
+// The casts autocast runs every step (weights to bfloat16, their gradients
+// back) as flat loops on the bits, which the compiler vectorises.
+bool bfloat16_cast_fast_path(const Tensor& dst, const Tensor& src) {
+  if (!dst.is_contiguous() || !src.is_contiguous()) return false;
+  const int64_t n = dst.numel();
+  if (dst.dtype() == DType::BFloat16 && src.dtype() == DType::Float32) {
+    auto* d = static_cast<uint16_t*>(dst.data_ptr());
+    const auto* s = static_cast<const float*>(src.data_ptr());
+    constexpr int64_t kChunk = 16384;
+    const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for if (n > 65536)
+    for (int64_t c = 0; c < chunks; ++c) to_bfloat16(d + c * kChunk, s + c * kChunk, std::min(kChunk, n - c * kChunk));
+    return true;
+  }
+  if (dst.dtype() == DType::Float32 && src.dtype() == DType::BFloat16) {
+    auto* d = static_cast<float*>(dst.data_ptr());
+    const auto* s = static_cast<const uint16_t*>(src.data_ptr());
+    constexpr int64_t kChunk = 16384;
+    const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for if (n > 65536)
+    for (int64_t c = 0; c < chunks; ++c) from_bfloat16(d + c * kChunk, s + c * kChunk, std::min(kChunk, n - c * kChunk));
+    return true;
+  }
+  return false;
+}
+}  // namespace
+
+void copy(const Tensor& dst, const Tensor& src) {
+  if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
+    if (dst.numel() > 0) std::memcpy(dst.data_ptr(), src.data_ptr(), dst.numel() * itemsize(dst.dtype()));
+    return;
+  }
+  if (bfloat16_cast_fast_path(dst, src)) return;
+  HG_DISPATCH_ALL(dst.dtype(), "copy", [&] {
+    using D = scalar_t;
+    HG_DISPATCH_ALL(src.dtype(), "copy", [&] {
+      map<D, scalar_t>(dst, [](scalar_t x) { return convert<D>(x); }, src);
+    });
+  });
+}
+
+}  // namespace halfgrad::cpu

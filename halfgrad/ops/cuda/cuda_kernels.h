@@ -1,0 +1,32 @@
+#pragma once
+// The CUDA backend: one function per entry of ops/kernels.h, with the same
+// contracts as the CPU backend (ops/cpu/cpu_kernels.h). A plain C++ header
+// (no CUDA includes): ops/kernels.cpp, built by g++, calls these; the .cu
+// files beside it implement them. Every kernel runs on cuda::current_stream(),
+// never synchronises, and computes half types in float32 with the shared
+// per-element math of ops/math.h.
+#include <halfgrad/ops/kernels.h>
+
+namespace halfgrad::cuda_ops {
+
+void unary(kernels::UnaryOp op, const Tensor& in, const Tensor& out, kernels::UnaryParams p);
+void binary(kernels::BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, double alpha);
+void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out);
+void fill(const Tensor& out, double value);              // any strides
+void copy(const Tensor& dst, const Tensor& src);         // one device, any dtypes, any strides
+void reduce(kernels::ReduceOp op, const Tensor& in, const std::vector<int64_t>& dims, const Tensor& out);
+void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias, float beta);
+void softmax(const Tensor& in, const Tensor& out, bool log);
+void softmax_backward(const Tensor& grad_out, const Tensor& y, const Tensor& grad_in, bool log);
+// A target out of range (and not ignore_index) cannot throw from a kernel
+// without a sync: its loss is written as NaN, which shows in the loss and
+// makes the GradScaler skip the step.
+void nll_loss(const Tensor& logp, const Tensor& target, const Tensor& out, int64_t ignore_index);
+void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& grad_logp, int64_t ignore_index);
+// Random fills of a contiguous `out` from the device's generator (core/random.h):
+// the same numbers as the CPU backend's for the same seed and calls.
+void uniform(const Tensor& out, double low, double high);
+void normal(const Tensor& out, double mean, double std);
+void randint(const Tensor& out, int64_t low, int64_t high);
+
+}  // namespace halfgrad::cuda_ops

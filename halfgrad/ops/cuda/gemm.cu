@@ -1,0 +1,826 @@
+// The CUDA GEMM layer (see gemm.h): cuBLASLt with one handle per device, one
+// workspace per (device, stream), and a plan cache so the hot path makes no
+// heuristic query. The elementwise passes for what cuBLASLt cannot fuse
+// (exact GELU, activation gradients, fallbacks) are in gemm_passes.cu.
+//
+// Row-major <-> column-major: out = A @ B runs as cuBLAS D = op(A') op(B')
+// with A' = our B and B' = our A (gemm.h explains why nothing moves). Below,
+// "cuA/cuB/cuD" name cuBLAS's operands, "a/b/out" ours.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <compare>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <utility>
+
+#include <halfgrad/core/alias.h>
+#include <halfgrad/core/cuda/check.h>
+#include <halfgrad/core/cuda/runtime.h>
+#include <halfgrad/ops/cuda/cublas_check.h>
+#include <halfgrad/ops/cuda/cuda_kernels.h>
+#include <halfgrad/ops/cuda/gemm.h>
+#include <halfgrad/ops/cuda/gemm_passes.h>
+#include <halfgrad/ops/ops.h>
+#include <halfgrad/ops/math.h>
+
+namespace halfgrad::cuda_ops {
+namespace {
+
+using namespace gemm_passes;  // Act, epilogue_pass, zero, act_backward_pass, sum_rows
+
+// ============================================================================================
+// Settings
+
+std::atomic<bool> g_fusion{true};
+
+// ============================================================================================
+// Device, stream, handle, workspace
+
+using cuda::DeviceGuard;
+using cuda::RelaxedCaptureMode;
+using cuda::stream;
+
+// One cuBLASLt handle per device, created on first use. Never destroyed: at
+// exit the CUDA runtime may already be gone, and the driver frees it anyway.
+cublasLtHandle_t handle(int device) {
+  static const int count = cuda::device_count();
+  static const std::unique_ptr<std::once_flag[]> once(new std::once_flag[count]);
+  static const std::unique_ptr<cublasLtHandle_t[]> handles(new cublasLtHandle_t[count]());
+  std::call_once(once[device], [device] {
+    RelaxedCaptureMode relaxed;
+    HG_CUBLAS_CHECK(cublasLtCreate(&handles[device]));
+  });
+  return handles[device];
+}
+
+// cuBLASLt's workspace (split-K partial sums, epilogue scratch). 32 MiB is
+// what cuBLAS recommends for Hopper; the heuristic is told this limit.
+constexpr uint64_t kWorkspaceBytes = uint64_t{32} << 20;
+
+// One workspace per (device, stream): kernels on two streams may overlap, so
+// they must not share one. These are the only allocations in halfgrad that
+// bypass the stream-ordered pool (a plain cudaMalloc, once per stream, kept for
+// the life of the process): a pool block would be freed at the end of each
+// call, and a GEMM captured in a CUDA graph must find its workspace at the
+// same address on every replay.
+void* workspace(int device, cudaStream_t s) {
+  // Last answer per thread: the hot path takes no lock (entries are never freed).
+  thread_local int t_device = -1;
+  thread_local cudaStream_t t_stream = nullptr;
+  thread_local void* t_ws = nullptr;
+  if (t_ws != nullptr && t_device == device && t_stream == s) return t_ws;
+
+  static std::mutex mutex;
+  static std::map<std::pair<int, cudaStream_t>, void*> all;
+  std::lock_guard<std::mutex> lock(mutex);
+  void*& ws = all[{device, s}];
+  if (ws == nullptr) {
+    RelaxedCaptureMode relaxed;
+    cudaError_t err = cudaMalloc(&ws, kWorkspaceBytes);
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    if (err == cudaErrorMemoryAllocation && cudaStreamIsCapturing(s, &capturing) == cudaSuccess &&
+        capturing == cudaStreamCaptureStatusNone) {
+      // The tensor pool keeps freed blocks (runtime.cu): hand them back to the driver and retry.
+      cudaGetLastError();
+      cudaMemPool_t pool;
+      if (cudaDeviceSynchronize() == cudaSuccess && cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess &&
+          cudaMemPoolTrimTo(pool, 0) == cudaSuccess)
+        err = cudaMalloc(&ws, kWorkspaceBytes);
+    }
+    if (err != cudaSuccess) {
+      ws = nullptr;
+      cudaGetLastError();
+      fail("gemm: cannot allocate cuBLASLt's {} MiB workspace on cuda:{} ({}). The GPU is out of memory: "
+           "free tensors or reduce the batch size.",
+           kWorkspaceBytes >> 20, device, cudaGetErrorString(err));
+    }
+  }
+  t_device = device;
+  t_stream = s;
+  t_ws = ws;
+  return ws;
+}
+
+// ============================================================================================
+// Problem description
+
+cudaDataType cuda_dtype(DType t) {
+  switch (t) {
+    case DType::Float32: return CUDA_R_32F;
+    case DType::Float64: return CUDA_R_64F;
+    case DType::Float16: return CUDA_R_16F;
+    case DType::BFloat16: return CUDA_R_16BF;
+    default: break;
+  }
+  fail("gemm: dtype {} is not supported (float32, float64, float16 or bfloat16)", dtype_name(t));
+}
+
+cublasComputeType_t compute_type(DType t) {
+  if (t == DType::Float64) return CUBLAS_COMPUTE_64F;
+  if (t == DType::Float32 && float32_matmul_allows_tf32())
+    return CUBLAS_COMPUTE_32F_FAST_TF32;
+  return CUBLAS_COMPUTE_32F;  // float32 exact; float16/bfloat16 inputs with float32 accumulation
+}
+
+// One operand as cuBLAS sees it: a column-major rows x cols matrix with
+// leading dimension ld, used as op(X).
+struct Operand {
+  int64_t rows = 0, cols = 0, ld = 0, batch_stride = 0;
+  int32_t op = CUBLAS_OP_N;
+  auto operator<=>(const Operand&) const = default;
+};
+
+// The logical R x C matrix M (element (i, j) at i * sr + j * sc) as op(X) for
+// a column-major X, or nothing when no such X exists (a non-unit stride on
+// both sides, a zero or negative stride): the caller copies it then.
+// ld must be >= X's rows (cuBLASLt rejects overlapping columns); when a dim is
+// 1 its stride never moves a pointer, so any valid ld will do.
+std::optional<Operand> as_column_major(int64_t R, int64_t C, int64_t sr, int64_t sc, int64_t bs) {
+  if (sr < 0 || sc < 0 || bs < 0) return std::nullopt;
+  const bool col_ok = (sr == 1 || R == 1) && (C == 1 || sc >= R);  // X = M
+  const bool row_ok = (sc == 1 || C == 1) && (R == 1 || sr >= C);  // X = M^T
+  const Operand col{R, C, C == 1 ? R : sc, bs, CUBLAS_OP_N};
+  const Operand row{C, R, R == 1 ? C : sr, bs, CUBLAS_OP_T};
+  // Prefer the orientation with a real unit stride (a vector fits either).
+  if (col_ok && sr == 1 && R > 1) return col;
+  if (row_ok && sc == 1 && C > 1) return row;
+  if (col_ok) return col;
+  if (row_ok) return row;
+  return std::nullopt;
+}
+
+// Largest power of two (<= 256) dividing the pointer and every byte offset
+// the kernel steps by. cuBLASLt chooses vectorised kernels from these.
+uint32_t alignment(const void* p, std::initializer_list<int64_t> byte_steps) {
+  uint64_t bits = reinterpret_cast<uintptr_t>(p);
+  for (int64_t s : byte_steps) bits |= static_cast<uint64_t>(s);
+  uint32_t a = 1;
+  while (a < 256 && (bits & a) == 0) a <<= 1;
+  return a;
+}
+
+// One cublasLtMatmul call, described by pointers.
+struct Call {
+  const char* op = "gemm";
+  int device = 0;
+  DType dtype = DType::Float32;
+  int64_t batch = 1;
+  Operand a, b, d;  // cuA (our b), cuB (our a), cuC = cuD (our out)
+  const void* a_ptr = nullptr;
+  const void* b_ptr = nullptr;
+  void* d_ptr = nullptr;
+  Tensor keep_a, keep_b;  // operands copied into scratch, alive until the call is queued
+  float beta = 0.f;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const void* bias = nullptr;  // bias (read), or the bias gradient (written)
+  const void* aux = nullptr;   // ReLU mask or GELU input (written forward, read backward)
+  int64_t aux_ld = 0;
+
+  // "gemm: float16 [64 x 32] @ [32 x 16] (cuBLASLt: ...)", in our row-major terms.
+  std::string describe() const {
+    const int64_t m = d.cols, n = d.rows, k = b.op == CUBLAS_OP_N ? b.rows : b.cols;  // op(cuB) is k x m
+    return fmt::format("{}: {} {}[{} x {}] @ [{} x {}] (cuBLASLt: transa={} transb={} lda={} ldb={} ldd={}, "
+                       "epilogue {}{})",
+                       op, dtype_name(dtype), batch > 1 ? fmt::format("{} x ", batch) : std::string(), m, k, k, n,
+                       a.op == CUBLAS_OP_N ? 'N' : 'T', b.op == CUBLAS_OP_N ? 'N' : 'T', a.ld, b.ld, d.ld,
+                       static_cast<unsigned>(epilogue),
+                       aux != nullptr ? fmt::format(", aux ld {}", aux_ld) : std::string());
+  }
+};
+
+// ============================================================================================
+// Plan cache: layouts + heuristic result per problem
+
+struct PlanKey {
+  int device;
+  int32_t data_type;  // cudaDataType
+  int32_t compute;    // cublasComputeType_t
+  int64_t batch;
+  Operand a, b, d;
+  uint32_t epilogue;
+  int64_t aux_ld;
+  // The heuristic's choice depends on alignment; the bias and aux pointers'
+  // alignment too (cuBLASLt reads their values during the query).
+  uint32_t align_a, align_b, align_d, align_bias, align_aux;
+  auto operator<=>(const PlanKey&) const = default;
+};
+
+struct Plan {
+  // Built once, then only read (by any number of threads at once).
+  cublasLtMatrixLayoutOpaque_t a{}, b{}, d{};
+  cublasLtMatmulAlgo_t algo{};
+  bool supported = false;  // false: no algorithm for this epilogue (the caller falls back)
+};
+
+PlanKey key_of(const Call& c) {
+  const int64_t es = static_cast<int64_t>(itemsize(c.dtype));
+  auto operand_alignment = [&](const void* p, const Operand& o) {
+    return alignment(p, {o.cols > 1 ? o.ld * es : 0, c.batch > 1 ? o.batch_stride * es : 0});
+  };
+  PlanKey k{};
+  k.device = c.device;
+  k.data_type = cuda_dtype(c.dtype);
+  k.compute = compute_type(c.dtype);
+  k.batch = c.batch;
+  k.a = c.a;
+  k.b = c.b;
+  k.d = c.d;
+  k.epilogue = static_cast<uint32_t>(c.epilogue);
+  k.aux_ld = c.aux_ld;
+  k.align_a = operand_alignment(c.a_ptr, c.a);
+  k.align_b = operand_alignment(c.b_ptr, c.b);
+  k.align_d = operand_alignment(c.d_ptr, c.d);
+  k.align_bias = c.bias != nullptr ? alignment(c.bias, {}) : 0;
+  k.align_aux = c.aux != nullptr ? alignment(c.aux, {}) : 0;  // its ld is in the key (and in bits for a mask)
+  return k;
+}
+
+template <typename V>
+void set_layout_attr(cublasLtMatrixLayoutOpaque_t* l, cublasLtMatrixLayoutAttribute_t attr, const V& v) {
+  HG_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, attr, &v, sizeof(v)));
+}
+
+void init_layout(cublasLtMatrixLayoutOpaque_t* l, cudaDataType type, const Operand& o, int64_t batch) {
+  HG_CUBLAS_CHECK(
+      cublasLtMatrixLayoutInit(l, type, static_cast<uint64_t>(o.rows), static_cast<uint64_t>(o.cols), o.ld));
+  if (batch > 1) {
+    set_layout_attr(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, static_cast<int32_t>(batch));
+    set_layout_attr(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, static_cast<int64_t>(o.batch_stride));
+  }
+}
+
+template <typename V>
+void set_desc_attr(cublasLtMatmulDescOpaque_t* d, cublasLtMatmulDescAttributes_t attr, const V& v) {
+  HG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, attr, &v, sizeof(v)));
+}
+
+// The operation descriptor. Built per call on the stack (no allocation: a few
+// stores): it carries the bias/aux pointers, which change from call to call,
+// so a cached one could not be shared by two threads.
+void build_desc(cublasLtMatmulDescOpaque_t* desc, const PlanKey& key, const Call& c) {
+  const cudaDataType scale = key.data_type == CUDA_R_64F ? CUDA_R_64F : CUDA_R_32F;
+  HG_CUBLAS_CHECK(cublasLtMatmulDescInit(desc, static_cast<cublasComputeType_t>(key.compute), scale));
+  set_desc_attr(desc, CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(c.a.op));
+  set_desc_attr(desc, CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(c.b.op));
+  set_desc_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(c.epilogue));
+  if (c.bias != nullptr) set_desc_attr(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, c.bias);
+  if (c.aux != nullptr) {
+    set_desc_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, c.aux);
+    set_desc_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, static_cast<int64_t>(c.aux_ld));
+  }
+}
+
+std::shared_ptr<const Plan> create_plan(const PlanKey& key, const Call& c) {
+  RelaxedCaptureMode relaxed;  // a cache miss inside a graph capture: the query is host work only
+  auto plan = std::make_shared<Plan>();
+  const auto type = static_cast<cudaDataType>(key.data_type);
+  init_layout(&plan->a, type, key.a, key.batch);
+  init_layout(&plan->b, type, key.b, key.batch);
+  init_layout(&plan->d, type, key.d, key.batch);
+
+  cublasLtMatmulDescOpaque_t desc;
+  build_desc(&desc, key, c);
+  cublasLtMatmulPreferenceOpaque_t pref;
+  HG_CUBLAS_CHECK(cublasLtMatmulPreferenceInit(&pref));
+  HG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                       &kWorkspaceBytes, sizeof(kWorkspaceBytes)));
+  if (is_low_precision(c.dtype)) {
+    // Split-K partial sums of half outputs may otherwise be added in the
+    // output type (INPLACE, OUTPUT_TYPE); keep them in float32 as the
+    // numerics contract says. Algorithms without split-K always qualify.
+    const uint32_t mask = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    HG_CUBLAS_CHECK(
+        cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask, sizeof(mask)));
+  }
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_d},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d}};
+  for (const auto& [attr, value] : aligns)
+    HG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(&pref, attr, &value, sizeof(value)));
+
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle(key.device), &desc, &plan->a, &plan->b, &plan->d,
+                                                           &plan->d, &pref, 1, &result, &found);
+  if (st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
+    plan->algo = result.algo;
+    plan->supported = true;
+  } else if (c.epilogue == CUBLASLT_EPILOGUE_DEFAULT) {
+    // A plain GEMM with valid layouts always has an algorithm: this is a bug or a broken install.
+    if (st != CUBLAS_STATUS_SUCCESS)
+      cuda::detail::throw_cublas_error(st, "cublasLtMatmulAlgoGetHeuristic", c.describe(), __FILE__, __LINE__);
+    fail("{}: cuBLASLt found no algorithm (heuristic returned {} results, state {}). Make the operands contiguous "
+         "(.contiguous()) and retry; if it persists, report it with this message.",
+         c.describe(), found, cublasLtGetStatusName(result.state));
+  }
+  // else: this epilogue (or this dtype with it) has no kernel: a plan that says so,
+  // cached like the others so the query is not repeated.
+  return plan;
+}
+
+std::shared_ptr<const Plan> find_or_create_plan(const PlanKey& key, const Call& c) {
+  static std::shared_mutex mutex;
+  static std::map<PlanKey, std::shared_ptr<const Plan>> plans;
+  // Shapes in training are few; inference over many batch sizes could grow
+  // the map without bound, so it starts over past this many entries.
+  constexpr size_t kMaxPlans = 4096;
+
+  {
+    std::shared_lock<std::shared_mutex> lock(mutex);
+    if (auto it = plans.find(key); it != plans.end()) return it->second;
+  }
+  // The heuristic query runs outside the lock; if two threads race, one plan wins.
+  std::shared_ptr<const Plan> plan = create_plan(key, c);
+  std::unique_lock<std::shared_mutex> lock(mutex);
+  if (plans.size() >= kMaxPlans) plans.clear();  // holders keep their shared_ptr alive
+  return plans.try_emplace(key, std::move(plan)).first->second;
+}
+
+// Runs the call. Returns false (and does nothing) when cuBLASLt has no
+// algorithm for its epilogue; the caller then runs the plain GEMM and an
+// elementwise pass. A plain GEMM without an algorithm is an Error.
+bool run(const Call& c) {
+  const PlanKey key = key_of(c);  // once: the precision setting may change meanwhile
+  const std::shared_ptr<const Plan> plan = find_or_create_plan(key, c);
+  if (!plan->supported) return false;
+  cublasLtMatmulDescOpaque_t desc;
+  build_desc(&desc, key, c);
+  const double alpha64 = 1.0, beta64 = c.beta;  // scale type follows the compute type:
+  const float alpha32 = 1.f, beta32 = c.beta;   // double for float64, float otherwise
+  const bool f64 = c.dtype == DType::Float64;
+  cudaStream_t s = stream();
+  auto* layouts = const_cast<Plan*>(plan.get());  // cublasLtMatmul takes non-const handles; it only reads them
+  HG_CUBLAS_CHECK_CTX(
+      cublasLtMatmul(handle(c.device), &desc, f64 ? static_cast<const void*>(&alpha64) : &alpha32, c.a_ptr,
+                     &layouts->a, c.b_ptr, &layouts->b, f64 ? static_cast<const void*>(&beta64) : &beta32, c.d_ptr,
+                     &layouts->d, c.d_ptr, &layouts->d, &plan->algo, workspace(c.device, s), kWorkspaceBytes, s),
+      c.describe());
+  return true;
+}
+
+void run_or_throw(const Call& c) {
+  if (!run(c)) fail("{}: cuBLASLt has no algorithm for this call", c.describe());
+}
+
+// ============================================================================================
+// Tensors -> Call
+
+struct Strides3 {
+  int64_t bs = 0, rs = 0, cs = 0;
+};
+Strides3 strides3(const Tensor& t) {
+  const auto& s = t.strides();
+  if (t.dim() == 3) return {t.shape()[0] == 1 ? 0 : s[0], s[1], s[2]};
+  return {0, s[0], s[1]};
+}
+
+// A contiguous copy of an operand cuBLASLt cannot read in place. A shared
+// (stride-0) batch copies one matrix and stays shared.
+Tensor pack(const Tensor& t) {
+  if (t.dim() == 3 && strides3(t).bs == 0) {
+    const int64_t rows = t.shape()[1], cols = t.shape()[2];
+    Tensor one = make_tensor({rows, cols}, t.options());
+    cuda_ops::copy(one, alias_with(t, {rows, cols}, {t.strides()[1], t.strides()[2]}, t.offset()));
+    return alias_with(one, t.shape(), {0, cols, 1}, 0);
+  }
+  Tensor dense = make_tensor(t.shape(), t.options());
+  cuda_ops::copy(dense, t);
+  return dense;
+}
+
+constexpr int64_t kInt32Max = 2147483647;
+
+// out = a @ b as a Call (no epilogue yet). Shapes are already checked.
+Call make_call(const char* op, const Tensor& a_in, const Tensor& b_in, const Tensor& out) {
+  Call c;
+  c.op = op;
+  c.device = out.device().index();
+  c.dtype = out.dtype();
+  const int nd = static_cast<int>(out.dim());
+  c.batch = nd == 3 ? out.shape()[0] : 1;
+  const int64_t m = out.shape()[nd - 2], n = out.shape()[nd - 1], k = a_in.shape()[nd - 1];
+  HG_CHECK(m <= kInt32Max && n <= kInt32Max && k <= kInt32Max && c.batch <= kInt32Max,
+           "{}: [{} x {}] @ [{} x {}] (batch {}) has a dimension past 2^31 - 1, the most cuBLASLt takes; split the "
+           "problem",
+           op, m, k, k, n, c.batch);
+  const auto bs_if_batched = [&](const Strides3& s) { return c.batch > 1 ? s.bs : 0; };
+
+  // cuA = our b seen as the n x k matrix b^T: element (j, p) at j * b_cs + p * b_rs.
+  Tensor b = b_in;
+  std::optional<Operand> cu_a = as_column_major(n, k, strides3(b).cs, strides3(b).rs, bs_if_batched(strides3(b)));
+  if (!cu_a) {
+    b = pack(b);
+    cu_a = as_column_major(n, k, strides3(b).cs, strides3(b).rs, bs_if_batched(strides3(b)));
+  }
+  // cuB = our a seen as the k x m matrix a^T.
+  Tensor a = a_in;
+  std::optional<Operand> cu_b = as_column_major(k, m, strides3(a).cs, strides3(a).rs, bs_if_batched(strides3(a)));
+  if (!cu_b) {
+    a = pack(a);
+    cu_b = as_column_major(k, m, strides3(a).cs, strides3(a).rs, bs_if_batched(strides3(a)));
+  }
+  HG_CHECK(cu_a && cu_b, "{}: internal error: a packed operand has no cuBLASLt layout", op);
+
+  // cuD = out^T, n x m column-major: out's rows must be contiguous (not copied: it is written).
+  const Strides3 so = strides3(out);
+  HG_CHECK((so.cs == 1 || n == 1) && (m == 1 || so.rs >= n) && (c.batch == 1 || so.bs > 0),
+           "{}: the output {} (strides {}) must have contiguous, non-overlapping rows; write into a contiguous "
+           "tensor and copy",
+           op, out.describe(), shape_str(out.strides()));
+  c.a = *cu_a;
+  c.b = *cu_b;
+  c.d = Operand{n, m, m == 1 ? n : so.rs, bs_if_batched(so), CUBLAS_OP_N};
+  c.a_ptr = b.data_ptr();
+  c.b_ptr = a.data_ptr();
+  c.d_ptr = out.data_ptr();
+  c.keep_a = b;
+  c.keep_b = a;
+  return c;
+}
+
+// ============================================================================================
+// Checks
+
+void check_cuda(const char* op, const char* what, const Tensor& t, const Tensor& ref) {
+  HG_CHECK(t.defined(), "{}: {} is undefined", op, what);
+  HG_CHECK(t.device().is_cuda() && t.device() == ref.device(),
+           "{}: {} {} must be on {} like the other operands; move it with .to(device)", op, what, t.describe(),
+           ref.device().str());
+  HG_CHECK(t.dtype() == ref.dtype(),
+           "{}: {} {} has dtype {}, the other operands {}: cast first (.to(dtype)) or run under amp::autocast", op,
+           what, t.describe(), dtype_name(t.dtype()), dtype_name(ref.dtype()));
+}
+
+void check_shape(const char* op, const char* what, const Tensor& t, const Shape& expected) {
+  HG_CHECK(t.shape() == expected, "{}: {} must have shape {}, got {}", op, what, shape_str(expected), t.describe());
+}
+
+Act act_of(Epilogue e) {
+  switch (e) {
+    case Epilogue::None:
+    case Epilogue::Bias: return Act::Identity;
+    case Epilogue::BiasRelu: return Act::Relu;
+    case Epilogue::BiasGelu: return Act::GeluErf;
+    case Epilogue::BiasGeluTanh: return Act::GeluTanh;
+  }
+  return Act::Identity;
+}
+
+const char* epilogue_name(Epilogue e) {
+  switch (e) {
+    case Epilogue::None: return "None";
+    case Epilogue::Bias: return "Bias";
+    case Epilogue::BiasRelu: return "BiasRelu";
+    case Epilogue::BiasGelu: return "BiasGelu";
+    case Epilogue::BiasGeluTanh: return "BiasGeluTanh";
+  }
+  return "?";
+}
+
+bool is_mask(const Tensor& t) { return t.defined() && t.dtype() == DType::Bool; }
+
+// A ReLU mask for a [rows, features] activation: its leading dimension in bits.
+int64_t check_mask(const char* op, const Tensor& mask, int64_t rows, int64_t features, Device device) {
+  const int64_t bytes = mask.dim() == 2 ? mask.shape()[1] : -1;
+  HG_CHECK(mask.device() == device && mask.dim() == 2 && mask.shape()[0] == rows && bytes * 8 >= features &&
+               bytes % 16 == 0 && mask.strides()[1] == 1 && (rows == 1 || mask.strides()[0] == bytes),
+           "{}: the ReLU mask {} does not fit a [{}, {}] activation on {}; make it with "
+           "make_relu_mask({}, {}, device)",
+           op, mask.describe(), rows, features, device.str(), rows, features);
+  return bytes * 8;
+}
+
+// A saved y or z: [rows, features] on like's device, in like's dtype (any strides).
+void check_saved(const char* op, const char* what, const Tensor& t, int64_t rows, int64_t features,
+                 const Tensor& like) {
+  check_cuda(op, what, t, like);
+  check_shape(op, what, t, {rows, features});
+}
+
+// cuBLASLt's GELU aux: leading dimension a multiple of 8, >= features.
+std::optional<int64_t> gelu_aux_ld(const Tensor& z) {
+  const int64_t rows = z.shape()[0], features = z.shape()[1];
+  if (features > 1 && z.strides()[1] != 1) return std::nullopt;
+  const int64_t ld = rows == 1 ? (features + 7) / 8 * 8 : z.strides()[0];
+  if (ld % 8 != 0 || ld < features) return std::nullopt;
+  return ld;
+}
+
+// Can `t` be cuBLAS's D (contiguous, non-overlapping rows)?
+bool rows_contiguous(const Tensor& t) {
+  const int64_t rows = t.shape()[0], cols = t.shape()[1];
+  return (cols == 1 || t.strides()[1] == 1) && (rows == 1 || t.strides()[0] >= cols);
+}
+
+Tensor transposed(const Tensor& t) {  // 2-d, no dispatcher: kernels stay below it
+  return alias_with(t, {t.shape()[1], t.shape()[0]}, {t.strides()[1], t.strides()[0]}, t.offset());
+}
+
+Tensor contiguous_bias(const Tensor& bias) {
+  if (!bias.defined() || bias.shape()[0] <= 1 || bias.strides()[0] == 1) return bias;
+  Tensor dense = make_tensor(bias.shape(), bias.options());
+  cuda_ops::copy(dense, bias);
+  return dense;
+}
+
+// out = a @ b (+ bias) (+ beta * out) after the checks: the plain GEMM.
+void gemm_impl(const char* op, const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias_in, float beta) {
+  const int nd = static_cast<int>(out.dim());
+  const int64_t k = a.shape()[nd - 1];
+  if (out.numel() == 0) return;
+  const Tensor bias = contiguous_bias(bias_in);
+  if (k == 0) return epilogue_pass(Act::Identity, out, beta, bias, Tensor(), out);  // no products
+  Call c = make_call(op, a, b, out);
+  c.beta = beta;
+  if (bias.defined() && g_fusion.load(std::memory_order_relaxed)) {
+    c.epilogue = CUBLASLT_EPILOGUE_BIAS;
+    c.bias = bias.data_ptr();
+    if (run(c)) return;
+  }
+  c.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  c.bias = nullptr;
+  run_or_throw(c);
+  if (bias.defined()) epilogue_pass(Act::Identity, out, 1.0, bias, Tensor(), out);
+}
+
+}  // namespace
+
+// ============================================================================================
+// Public entry points
+
+void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias, float beta) {
+  constexpr const char* op = "gemm";
+  HG_CHECK(out.defined() && out.device().is_cuda(), "{}: out must be a CUDA tensor, got {}", op,
+           out.defined() ? out.describe() : std::string("undefined"));
+  check_cuda(op, "a", a, out);
+  check_cuda(op, "b", b, out);
+  HG_CHECK(is_floating(out.dtype()), "{}: dtype {} is not supported (float32, float64, float16 or bfloat16)", op,
+           dtype_name(out.dtype()));
+  const int64_t nd = out.dim();
+  HG_CHECK((nd == 2 || nd == 3) && a.dim() == nd && b.dim() == nd,
+           "{}: expected a [.., m, k], b [.., k, n], out [.., m, n], all 2-d or all 3-d; got {}, {}, {}", op,
+           a.describe(), b.describe(), out.describe());
+  const int64_t m = out.shape()[nd - 2], n = out.shape()[nd - 1], k = a.shape()[nd - 1];
+  const int64_t batch = nd == 3 ? out.shape()[0] : 1;
+  const auto batch_ok = [&](const Tensor& t) { return nd == 2 || t.shape()[0] == batch || t.shape()[0] == 1; };
+  HG_CHECK(a.shape()[nd - 2] == m && b.shape()[nd - 2] == k && b.shape()[nd - 1] == n && batch_ok(a) && batch_ok(b),
+           "{}: shapes do not match: a {} @ b {} -> out {} (expected a [.., {}, k], b [.., k, {}])", op,
+           a.describe(), b.describe(), out.describe(), m, n);
+  if (bias.defined()) {
+    check_cuda(op, "bias", bias, out);
+    check_shape(op, "bias", bias, {n});
+  }
+  DeviceGuard guard(out.device().index());
+  gemm_impl(op, a, b, out, bias, beta);
+}
+
+Tensor make_relu_mask(int64_t rows, int64_t features, Device device) {
+  HG_CHECK(device.is_cuda(), "make_relu_mask: the mask is for cuBLASLt, so device must be CUDA, got {}", device.str());
+  HG_CHECK(rows >= 0 && features >= 0, "make_relu_mask: negative size [{}, {}]", rows, features);
+  const int64_t ld_bits = (features + 127) / 128 * 128;
+  return make_tensor({rows, ld_bits / 8}, TensorOptions(DType::Bool, device));
+}
+
+bool linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias_in, Epilogue epi, const Tensor& out,
+                    const Tensor& aux) {
+  constexpr const char* op = "linear_forward";
+  HG_CHECK(out.defined() && out.device().is_cuda() && out.dim() == 2,
+           "{}: out must be a 2-d CUDA tensor [N, out_features], got {}", op,
+           out.defined() ? out.describe() : std::string("undefined"));
+  check_cuda(op, "x2", x2, out);
+  check_cuda(op, "w", w, out);
+  HG_CHECK(x2.dim() == 2 && w.dim() == 2 && w.shape()[1] == x2.shape()[1],
+           "{}: expected x2 [N, in] and w [out, in], got {} and {}", op, x2.describe(), w.describe());
+  const int64_t rows = x2.shape()[0], in = x2.shape()[1], features = w.shape()[0];
+  check_shape(op, "out", out, {rows, features});
+  HG_CHECK(epi != Epilogue::Bias || bias_in.defined(), "{}: epilogue Bias needs a bias", op);
+  if (bias_in.defined()) {
+    check_cuda(op, "bias", bias_in, out);
+    check_shape(op, "bias", bias_in, {features});
+  }
+  const Act act = act_of(epi);
+  const bool mask = is_mask(aux);
+  const bool want_z = aux.defined() && !mask;
+  HG_CHECK(!aux.defined() || act != Act::Identity, "{}: epilogue {} takes no aux (got {})", op, epilogue_name(epi),
+           aux.describe());
+  HG_CHECK(!mask || act == Act::Relu, "{}: a ReLU mask was given for epilogue {}; pass z [N, out] instead", op,
+           epilogue_name(epi));
+  int64_t mask_ld = 0;
+  if (mask) mask_ld = check_mask(op, aux, rows, features, out.device());
+  if (want_z) {
+    check_saved(op, "aux", aux, rows, features, out);
+    HG_CHECK(features <= 1 || aux.strides()[1] == 1, "{}: aux {} needs a unit column stride (strides {})", op,
+             aux.describe(), shape_str(aux.strides()));
+  }
+  const bool fusion = g_fusion.load(std::memory_order_relaxed);
+  HG_CHECK(!mask || fusion,
+           "{}: epilogue fusion is off (set_epilogue_fusion(false)), so no ReLU mask can be written; pass no aux "
+           "(ReLU's backward uses the output)",
+           op);
+  if (out.numel() == 0) return true;
+
+  DeviceGuard guard(out.device().index());
+  const Tensor bias = contiguous_bias(bias_in);
+  if (in == 0) {  // no products: y = act(bias); no mask
+    epilogue_pass(act, out, 0.0, bias, mask ? Tensor() : aux, out);
+    return !mask;
+  }
+
+  // Which epilogue cuBLASLt runs, where the GEMM writes, and what is left for a pass.
+  const std::optional<int64_t> tanh_ld = act == Act::GeluTanh && want_z ? gelu_aux_ld(aux) : std::nullopt;
+  const bool has_bias = bias.defined();
+  cublasLtEpilogue_t e = has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  bool act_in_epilogue = act == Act::Identity;
+  const Tensor* gemm_out = &out;
+  if (act == Act::Relu && !want_z) {  // cuBLASLt can write a mask, not z
+    e = mask ? (has_bias ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_RELU_AUX)
+             : (has_bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU);
+    act_in_epilogue = true;
+  } else if (act == Act::GeluTanh && (!want_z || tanh_ld)) {
+    e = want_z ? (has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+               : (has_bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU);
+    act_in_epilogue = true;
+  } else if (want_z && rows_contiguous(aux)) {
+    gemm_out = &aux;  // exact GELU (or ReLU with z): the GEMM writes z where backward wants it
+  }
+
+  Call c = make_call(op, x2, transposed(w), *gemm_out);
+  if (fusion && e != CUBLASLT_EPILOGUE_DEFAULT) {
+    c.epilogue = e;
+    c.bias = has_bias ? bias.data_ptr() : nullptr;
+    if (mask) {
+      c.aux = aux.data_ptr();
+      c.aux_ld = mask_ld;
+    } else if (act_in_epilogue && want_z) {
+      c.aux = aux.data_ptr();
+      c.aux_ld = *tanh_ld;
+    }
+    if (run(c)) {
+      // Done, or z (bias included) is in *gemm_out: y = act(z), copying z to aux if it is not there.
+      if (!act_in_epilogue)
+        epilogue_pass(act, *gemm_out, 1.0, Tensor(), want_z && gemm_out != &aux ? aux : Tensor(), out);
+      return true;
+    }
+    // No kernel for this epilogue with these shapes (e.g. one row or one feature):
+    // the plain GEMM below. A ReLU mask then stays unwritten (we return false).
+  }
+  // The plain GEMM, then one pass for bias, activation and z.
+  c.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  c.bias = nullptr;
+  c.aux = nullptr;
+  c.aux_ld = 0;
+  run_or_throw(c);
+  if (act == Act::Identity && !has_bias) return true;
+  const bool write_z = want_z && (gemm_out != &aux || has_bias);  // aux lacks z, or lacks its bias
+  epilogue_pass(act, *gemm_out, 1.0, bias, write_z ? aux : Tensor(), out);
+  return !mask;
+}
+
+void activation_backward(Epilogue epi, const Tensor& grad_y, const Tensor& saved, const Tensor& grad_z) {
+  constexpr const char* op = "activation_backward";
+  HG_CHECK(grad_y.defined() && grad_y.device().is_cuda() && grad_y.dim() == 2,
+           "{}: grad_y must be a 2-d CUDA tensor, got {}", op,
+           grad_y.defined() ? grad_y.describe() : std::string("undefined"));
+  const Act act = act_of(epi);
+  const int64_t rows = grad_y.shape()[0], features = grad_y.shape()[1];
+  check_cuda(op, "grad_z", grad_z, grad_y);
+  check_shape(op, "grad_z", grad_z, grad_y.shape());
+  DeviceGuard guard(grad_y.device().index());
+  if (act == Act::Identity) {
+    if (!grad_z.is_same(grad_y)) cuda_ops::copy(grad_z, grad_y);
+    return;
+  }
+  HG_CHECK(!is_mask(saved),
+           "{}: a ReLU mask is cuBLASLt's private format, read only by its DRELU epilogue; pass the layer's output y "
+           "instead",
+           op);
+  check_saved(op, act == Act::Relu ? "saved (the output y)" : "saved (z, the pre-activation)", saved, rows, features,
+              grad_y);
+  act_backward_pass(act, grad_y, saved, grad_z);
+}
+
+void linear_backward_epilogue(const Tensor& grad, const Tensor& x2, const Tensor& w, Epilogue epi,
+                              const Tensor& saved, const Tensor& grad_x, const Tensor& grad_w,
+                              const Tensor& grad_bias_in, const InputActivation& input) {
+  constexpr const char* op = "linear_backward_epilogue";
+  HG_CHECK(grad.defined() && grad.device().is_cuda() && grad.dim() == 2,
+           "{}: grad must be a 2-d CUDA tensor [N, out_features], got {}", op,
+           grad.defined() ? grad.describe() : std::string("undefined"));
+  check_cuda(op, "x2", x2, grad);
+  check_cuda(op, "w", w, grad);
+  HG_CHECK(x2.dim() == 2 && w.dim() == 2, "{}: expected x2 [N, in] and w [out, in], got {} and {}", op,
+           x2.describe(), w.describe());
+  const int64_t rows = x2.shape()[0], in = x2.shape()[1], features = w.shape()[0];
+  check_shape(op, "grad", grad, {rows, features});
+  check_shape(op, "w", w, {features, in});
+  const auto check_out = [&](const char* what, const Tensor& t, const Shape& shape) {
+    if (!t.defined()) return;
+    check_cuda(op, what, t, grad);
+    check_shape(op, what, t, shape);
+  };
+  check_out("grad_x", grad_x, {rows, in});
+  check_out("grad_w", grad_w, {features, in});
+  check_out("grad_bias", grad_bias_in, {features});
+  const Act in_act = act_of(input.epilogue);
+  const bool in_mask = is_mask(input.saved);
+  int64_t in_mask_ld = 0;
+  if (in_act != Act::Identity) {
+    HG_CHECK(grad_x.defined() || !input.grad_bias.defined(),
+             "{}: input.grad_bias needs grad_x (the previous layer's dz is computed there)", op);
+    HG_CHECK(input.saved.defined(), "{}: input epilogue {} needs input.saved", op, epilogue_name(input.epilogue));
+    HG_CHECK(!in_mask || in_act == Act::Relu, "{}: a ReLU mask was given for input epilogue {}", op,
+             epilogue_name(input.epilogue));
+    if (in_mask) in_mask_ld = check_mask(op, input.saved, rows, in, grad.device());
+    else check_saved(op, "input.saved", input.saved, rows, in, grad);
+    if (input.output.defined()) check_saved(op, "input.output", input.output, rows, in, grad);
+    check_out("input.grad_bias", input.grad_bias, {in});
+  }
+  DeviceGuard guard(grad.device().index());
+  const bool fusion = g_fusion.load(std::memory_order_relaxed);
+
+  // 1. gz = grad * act'(z)
+  Tensor gz = grad;
+  if (act_of(epi) != Act::Identity) {
+    gz = make_tensor({rows, features}, grad.options());
+    activation_backward(epi, grad, saved, gz);
+  }
+
+  // 2. grad_w = gz^T @ x2, with grad_bias = sum(gz, 0) from the same GEMM (BGRADB:
+  //    cuB = our a = gz^T, and BGRADB sums cuB over k = N, one value per column of cuD = out_features).
+  const bool bias_contiguous = grad_bias_in.defined() && (features <= 1 || grad_bias_in.strides()[0] == 1);
+  bool bias_done = false;
+  if (grad_w.defined()) {
+    if (rows > 0 && features > 0 && in > 0) {
+      Call c = make_call(op, transposed(gz), x2, grad_w);
+      if (bias_contiguous && fusion) {
+        c.epilogue = CUBLASLT_EPILOGUE_BGRADB;
+        c.bias = grad_bias_in.data_ptr();
+        bias_done = run(c);
+      }
+      if (!bias_done) {
+        c.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+        c.bias = nullptr;
+        run_or_throw(c);
+      }
+    } else {
+      gemm_impl(op, transposed(gz), x2, grad_w, Tensor(), 0.f);  // empty, or k == N == 0: zeros
+    }
+  }
+  if (grad_bias_in.defined() && !bias_done) sum_rows(gz, grad_bias_in);
+
+  // 3. grad_x = gz @ w, with the input's dReLU/dGELU (and its bias gradient) in the epilogue.
+  if (!grad_x.defined()) return;
+  if (features == 0 || grad_x.numel() == 0) {  // no products (or nothing to write): zeros
+    zero(grad_x);
+    if (in_act != Act::Identity && input.grad_bias.defined()) zero(input.grad_bias);
+    return;
+  }
+  Call c = make_call(op, gz, w, grad_x);
+  if (in_act != Act::Identity && fusion) {
+    const bool with_bgrad = input.grad_bias.defined() && (in <= 1 || input.grad_bias.strides()[0] == 1);
+    std::optional<int64_t> ld;
+    if (in_act == Act::Relu && in_mask) {
+      c.epilogue = with_bgrad ? CUBLASLT_EPILOGUE_DRELU_BGRAD : CUBLASLT_EPILOGUE_DRELU;
+      ld = in_mask_ld;
+    } else if (in_act == Act::GeluTanh && (ld = gelu_aux_ld(input.saved))) {
+      c.epilogue = with_bgrad ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
+    }
+    if (ld) {
+      c.aux = input.saved.data_ptr();
+      c.aux_ld = *ld;
+      c.bias = with_bgrad ? input.grad_bias.data_ptr() : nullptr;
+      if (run(c)) {
+        if (input.grad_bias.defined() && !with_bgrad) sum_rows(grad_x, input.grad_bias);
+        return;
+      }
+    }
+  }
+  HG_CHECK(!in_mask || input.output.defined(),
+           "{}: cuBLASLt has no DRELU epilogue for {} (or fusion is off), and its ReLU mask cannot be read otherwise; "
+           "pass the layer's output y too (input.output), or instead of the mask",
+           op, c.describe());
+  c.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  c.bias = nullptr;
+  c.aux = nullptr;
+  c.aux_ld = 0;
+  run_or_throw(c);
+  if (in_act != Act::Identity) {
+    act_backward_pass(in_act, grad_x, in_mask ? input.output : input.saved, grad_x);
+    if (input.grad_bias.defined()) sum_rows(grad_x, input.grad_bias);
+  }
+}
+
+void set_epilogue_fusion(bool enabled) { g_fusion.store(enabled, std::memory_order_relaxed); }
+bool epilogue_fusion() { return g_fusion.load(std::memory_order_relaxed); }
+
+}  // namespace halfgrad::cuda_ops

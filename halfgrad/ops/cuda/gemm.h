@@ -1,0 +1,162 @@
+#pragma once
+// The CUDA matrix multiply: cuBLASLt at Tensor level. A plain C++ header (no
+// CUDA includes) so host code built by g++ (ops/kernels.cpp, tests) can call
+// it; ops/cuda/gemm.cu implements it.
+//
+// Layout: halfgrad tensors are row-major, cuBLAS is column-major. A row-major
+// [m, n] matrix with row stride ld is the column-major [n, m] matrix with the
+// same ld, so C = A @ B runs as C^T = B^T @ A^T: cuBLAS's "A" is our B, its
+// "B" is our A, and no data moves. A transposed view (row stride 1) becomes
+// CUBLAS_OP_T on the same memory, so x @ w.t() never copies w.
+//
+// Numerics: float32, float16 and bfloat16 accumulate in float32
+// (CUBLAS_COMPUTE_32F; split-K partial sums of half outputs are kept in
+// float32 too), float64 in float64. float32 GEMMs are exact float32 unless
+// set_float32_matmul_precision("high") allows TF32.
+//
+// Everything runs on cuda::current_stream() on the tensors' device and never
+// synchronises with the host.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <halfgrad/core/tensor.h>
+
+namespace halfgrad::cuda_ops {
+
+// ---- plain GEMM ---------------------------------------------------------------------------
+// The CUDA entry of kernels::gemm (ops/kernels.h), same contract:
+//   out[b] = a[b] @ b[b] (+ bias) (+ beta * out[b])
+// a [.., m, k], b [.., k, n], out [.., m, n], all 2-d or all 3-d; the batch dim
+// of a or b may have stride 0 (or size 1) to share one matrix across the batch.
+// a and b may have any strides: a view with a unit row or column stride goes to
+// cuBLASLt as is, anything else is first copied into a contiguous scratch.
+// out's rows must be contiguous and must not overlap. bias: [n] or undefined,
+// added to every row. beta: 0 (out is write-only) or any value (out is read).
+// One dtype for all: float32, float64, float16 or bfloat16.
+void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias, float beta);
+
+// ---- Linear with its epilogue ---------------------------------------------------------------
+// What runs after the GEMM of y = act(x2 @ w^T + bias). The "Bias" in each
+// name applies when `bias` is defined: Linear(bias=false) + ReLU is BiasRelu
+// with an undefined bias.
+enum class Epilogue : uint8_t {
+  None,          // y = x2 @ w^T (+ bias)
+  Bias,          // the same, but bias must be defined
+  BiasRelu,      // y = relu(z), z = x2 @ w^T + bias: cuBLASLt's RELU_BIAS epilogue, one GEMM
+  BiasGelu,      // y = gelu(z), the exact erf GELU of hg::gelu and the CPU backend. cuBLASLt's
+                 // GELU epilogue is the tanh approximation, so this is the GEMM (bias in its
+                 // epilogue) and one elementwise pass: fusing would silently change the numbers
+  BiasGeluTanh,  // y = gelu_tanh(z) (hg::gelu(x, "tanh"), Activation::GELUTanh): cuBLASLt's
+                 // GELU_BIAS / GELU_AUX_BIAS epilogue, one GEMM
+};
+
+// A buffer for the ReLU bit mask that cuBLASLt's RELU_AUX_BIAS epilogue writes
+// and its DRELU/DRELU_BGRAD epilogues read: one bit per element of y [rows,
+// features], in cuBLASLt's own (undocumented) bit order. Opaque: pass it back
+// to this layer only. A bool tensor [rows, ceil(features / 128) * 16] (the
+// mask's leading dimension must be a multiple of 128 bits).
+Tensor make_relu_mask(int64_t rows, int64_t features, Device device);
+
+// y = act(x2 @ w^T + bias) in one cuBLASLt call where an epilogue exists.
+//   x2 [N, in] and w [out, in] with any strides (a unit row or column stride avoids a
+//   copy; w is read transposed in place), bias [out] or undefined, out [N, out] with
+//   contiguous rows; one dtype.
+//   aux: what backward needs, or undefined (inference, or ReLU's per-layer backward,
+//   which only needs y):
+//     BiasRelu:   a mask from make_relu_mask(N, out) (for the chain fusion below), or
+//                 a tensor [N, out] of out's dtype that receives z
+//     BiasGelu, BiasGeluTanh: a tensor [N, out] of out's dtype (unit column stride)
+//                 that receives z. With a row stride that is a multiple of 8 (e.g. out
+//                 a multiple of 8 and aux contiguous) GELU_AUX_BIAS writes it in the
+//                 same GEMM; otherwise an elementwise pass does.
+//     None, Bias: must be undefined.
+// When cuBLASLt has no kernel for a fused epilogue (e.g. float64), the GEMM runs
+// plain and one elementwise pass applies bias and activation: same results.
+// Returns false when a ReLU mask was asked for but cuBLASLt has no mask epilogue
+// for these shapes (say, one row or one feature): y is right, the mask is not
+// written, and backward must read y instead. True otherwise.
+bool linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias, Epilogue epi, const Tensor& out,
+                    const Tensor& aux);
+
+// Chain fusion: what produced this layer's input x2, when x2 = act(z_prev) came
+// from linear_forward of the layer below. cuBLASLt applies dReLU/dGELU (and the
+// bias gradient) in the epilogue of the GEMM that computes dx, so grad_x
+// receives dL/dz_prev (not dL/dx2) and grad_bias dL/db_prev, in the same call.
+struct InputActivation {
+  Epilogue epilogue = Epilogue::None;  // None: grad_x is plain dL/dx2
+  // BiasRelu:     the mask that layer's linear_forward filled (fused DRELU), or
+  //               its output y_prev (GEMM, then one pass)
+  // BiasGeluTanh: z_prev [N, in] (fused DGELU when its row stride is a multiple of 8)
+  // BiasGelu:     z_prev (GEMM, then one exact-dGELU pass; cuBLASLt's DGELU is tanh's)
+  Tensor saved;
+  Tensor grad_bias;  // [in] or undefined: receives dL/db_prev
+  // BiasRelu with a mask: that layer's output y_prev, read instead of the mask when
+  // no DRELU kernel runs (fusion off, or none for this GEMM's shapes). Without it
+  // such a case is an Error.
+  Tensor output;
+};
+
+// Backward of y = act(x2 @ w^T + bias), given grad = dL/dy [N, out]:
+//   gz = grad * act'(z)          one elementwise pass (skipped for None/Bias), where
+//                                `saved` is y for BiasRelu (relu'(z) = y > 0, as PyTorch),
+//                                z [N, out] (the aux of linear_forward) for the GELUs
+//   grad_w = gz^T @ x2  and  grad_bias = sum(gz, 0)   ONE GEMM: cuBLASLt's BGRADB epilogue
+//   grad_x = gz @ w              one GEMM, with `input`'s dReLU/dGELU epilogue if given
+// grad_x [N, in], grad_w [out, in] (rows contiguous), grad_bias [out]: each may be
+// undefined (not needed); all in grad's dtype. grad may have any strides.
+//
+// Intended use by the op layer (kernels::linear_act / linear_act_backward on CUDA):
+//   forward:  epi = {None, ReLU, GELU, GELUTanh} -> {None, BiasRelu, BiasGelu, BiasGeluTanh};
+//             pre = a GELU and backward wanted ? make_tensor({N, out}) : Tensor();
+//             linear_forward(x2, w, b, epi, y, pre);            // save x2, w, (y | pre)
+//   backward: linear_backward_epilogue(g, x2, w, epi, ReLU ? y : pre, dx, dw, db);
+//   Per layer that is: one GEMM forward (plus one pass for exact GELU, or for tanh
+//   GELU when out_features is not a multiple of 8), and in backward one pass for gz
+//   and two GEMMs, db costing nothing extra. (DGELU needs the next layer's dx GEMM:
+//   the chain fusion below.)
+// Chain fusion (a run of Linear+act layers as one autograd node: op linear_chain,
+// linear_chain below):
+//   forward of layer i:  mask_i = make_relu_mask(N, out_i) (or z_i for GeluTanh);
+//                        linear_forward(h_{i-1}, W_i, b_i, BiasRelu, h_i, mask_i)
+//   backward, top down, gz_top = dL/dy of the last layer (no activation):
+//     linear_backward_epilogue(gz_i, h_{i-1}, W_i, Epilogue::None, {}, gz_{i-1}, dW_i, db_i,
+//                              {BiasRelu, mask_{i-1}, db_{i-1}});
+//   so every layer's dReLU and bias gradient ride in GEMM epilogues: no elementwise pass.
+void linear_backward_epilogue(const Tensor& grad, const Tensor& x2, const Tensor& w, Epilogue epi,
+                              const Tensor& saved, const Tensor& grad_x, const Tensor& grad_w,
+                              const Tensor& grad_bias, const InputActivation& input = {});
+
+// ---- a chain of Linear layers (kernels::linear_chain on CUDA, ops/cuda/linear_chain.cpp) -----
+// The chain fusion above, as one autograd node: h[i+1] = act_i(h[i] @ w[i]^T + b[i]),
+// epi[i] the Epilogue of layer i. Forward: linear_forward per layer; with `keep`, a hidden
+// ReLU layer writes cuBLASLt's mask (when fusion is on and its dtype has RELU_AUX: not
+// float64), a GELU layer z (tanh: with its row stride rounded up to a multiple of 8, so
+// GELU_AUX_BIAS and DGELU_BGRAD apply at any width). Returns that per-layer state.
+// Backward, top down: the last layer's activation is one pass (nothing above it); every
+// other layer's dReLU/dGELU and bias gradient ride in the dx GEMM of the layer above
+// (exact GELU: GEMM, then one pass). A mask that cannot be read (fusion turned off since
+// the forward) gives way to the layer's output h[i+1]. Contracts of kernels::linear_chain.
+std::vector<Tensor> linear_chain(const std::vector<Tensor>& h, const std::vector<Tensor>& w,
+                                 const std::vector<Tensor>& b, const std::vector<Epilogue>& epi, bool keep);
+void linear_chain_backward(const Tensor& g, const std::vector<Tensor>& h, const std::vector<Tensor>& w,
+                           const std::vector<Epilogue>& epi, const std::vector<Tensor>& saved, const Tensor& dx,
+                           const std::vector<Tensor>& dw, const std::vector<Tensor>& db);
+
+// grad_z = grad_y * act'(z) alone (the first step above), [N, features] views of one
+// dtype, any strides; grad_z may be grad_y itself. `saved` as in linear_backward_epilogue.
+void activation_backward(Epilogue epi, const Tensor& grad_y, const Tensor& saved, const Tensor& grad_z);
+
+// ---- settings ---------------------------------------------------------------------------
+// float32 GEMMs use TF32 (CUBLAS_COMPUTE_32F_FAST_TF32) only when the user
+// opted in with halfgrad::set_float32_matmul_precision("high") (ops/ops.h).
+
+// Whether fused cuBLASLt epilogues are used (default true). false runs every
+// epilogue as a plain GEMM plus elementwise passes: for tests (both paths must
+// agree) and benchmarks (what fusion saves). With false, a ReLU mask cannot be
+// produced or consumed (it is cuBLASLt's own format): that is an Error.
+void set_epilogue_fusion(bool enabled);
+bool epilogue_fusion();
+
+}  // namespace halfgrad::cuda_ops

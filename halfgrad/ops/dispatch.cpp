@@ -1,0 +1,101 @@
+#include <halfgrad/ops/dispatch.h>
+
+#include <halfgrad/amp/autocast.h>
+#include <halfgrad/autograd/grad_mode.h>
+
+namespace halfgrad::dispatch {
+
+void check_same_device(std::string_view op, const std::vector<Tensor>& inputs) {
+  const Tensor* first = nullptr;
+  for (const auto& t : inputs) {
+    if (!t.defined()) continue;
+    if (!first) {
+      first = &t;
+      continue;
+    }
+    HG_CHECK(t.device() == first->device(),
+             "{}: expected all tensors on the same device, but got {} and {}. Move them first, e.g. "
+             "t.to(Device::cuda()) or t.cpu().",
+             op, first->describe(), t.describe());
+  }
+}
+
+namespace {
+bool any_requires_grad(const std::vector<Tensor>& inputs) {
+  for (const auto& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+thread_local bool t_recording = false;  // see recording()
+
+// `records`: whether call() will record this op (what recording() answers inside).
+Tensor run_forward(const std::vector<Tensor>& inputs, const Forward& forward, bool records = false) {
+  amp::AutocastOff no_autocast;   // composite ops are not cast twice
+  autograd::NoGradGuard no_grad;  // inner ops record nothing
+  struct Flag {
+    bool prev;
+    explicit Flag(bool now) : prev(t_recording) { t_recording = now; }
+    ~Flag() { t_recording = prev; }
+  } flag(records);
+  return forward(inputs);
+}
+}  // namespace
+
+bool recording() { return t_recording; }
+
+Tensor call(std::string_view op, std::vector<Tensor> inputs, const Forward& forward, Backward backward, Save save) {
+  amp::autocast_inputs(op, inputs);
+  check_same_device(op, inputs);
+  const bool records = autograd::grad_enabled() && any_requires_grad(inputs);
+  Tensor out = run_forward(inputs, forward, records);
+  // integer and bool outputs carry no gradient (as in PyTorch: x.to(int64))
+  if (!records || !is_floating(out.dtype())) return out;
+
+  auto node = std::make_shared<autograd::FunctionNode>();
+  node->name = std::string(op);
+  node->saved.op = node->name;
+  node->backward = std::move(backward);
+  for (const auto& t : inputs) {
+    node->next.push_back(t.defined() && t.requires_grad() ? autograd::gradient_edge(t) : nullptr);
+    node->saved.needs_grad.push_back(node->next.back() != nullptr);
+    node->input_meta.push_back(t.defined() ? autograd::InputMeta{t.shape(), t.dtype(), t.device()}
+                                           : autograd::InputMeta{{}, DType::Float32, Device::cpu()});
+    if (static_cast<unsigned>(save) & static_cast<unsigned>(Save::Inputs))
+      node->saved.inputs.emplace_back(t);
+  }
+  // The output is saved detached: holding it with its grad_fn would be a cycle.
+  if (static_cast<unsigned>(save) & static_cast<unsigned>(Save::Output)) node->saved.out = autograd::SavedTensor(out);
+  // The forward result may be an alias of an input (views): give the output
+  // its own handle so setting grad_fn does not touch the input.
+  for (const auto& t : inputs)
+    if (out.is_same(t)) out = out.detach();
+  out.unsafe_impl()->grad_fn = std::move(node);
+  return out;
+}
+
+Tensor composite(std::string_view op, std::vector<Tensor> inputs, const Forward& body) {
+  amp::autocast_inputs(op, inputs);
+  check_same_device(op, inputs);
+  amp::AutocastOff no_autocast;
+  return body(inputs);
+}
+
+Tensor call_nograd(std::string_view op, std::vector<Tensor> inputs, const Forward& forward) {
+  amp::autocast_inputs(op, inputs);
+  check_same_device(op, inputs);
+  return run_forward(inputs, forward);
+}
+
+void inplace(std::string_view op, const Tensor& self, std::vector<Tensor> others, const std::function<void()>& kernel) {
+  others.push_back(self);
+  check_same_device(op, others);
+  HG_CHECK(!autograd::grad_enabled() || !self.requires_grad(),
+           "{}_: a tensor that requires grad ({}) cannot be changed in place while grad mode is on (autograd would "
+           "lose track of it). Wrap the update in `halfgrad::no_grad guard;`, or use the out-of-place {}.",
+           op, self.describe(), op);
+  kernel();
+  self.bump_version();
+}
+
+}  // namespace halfgrad::dispatch

@@ -1,0 +1,56 @@
+#pragma once
+// The one path every op takes (DESIGN.md, "One op call"):
+//
+//   dispatch::call("linear", {x, w, b}, forward, backward, Save::Inputs)
+//     1. autocast   amp/: the policy table may cast the floating inputs
+//     2. checks     all tensors on one device
+//     3. forward    the backend kernels, with autocast off and grad mode off
+//     4. autograd   if an input requires grad, record a Node holding the
+//                   saved tensors and the backward formula
+//
+// An op file (ops/*.cpp) therefore reads as: its checks, its kernel call,
+// its backward formula. In-place ops take `dispatch::inplace`: no autocast
+// (as in PyTorch), no recording, and they bump the version counter.
+#include <functional>
+#include <string_view>
+#include <vector>
+
+#include <halfgrad/autograd/node.h>
+
+namespace halfgrad::dispatch {
+
+using autograd::Grads;
+using autograd::Saved;
+
+enum class Save : unsigned { Nothing = 0, Inputs = 1, Output = 2, Both = 3 };
+
+using Forward = std::function<Tensor(const std::vector<Tensor>& inputs)>;
+using Backward = autograd::BackwardFn;
+
+Tensor call(std::string_view op, std::vector<Tensor> inputs, const Forward& forward, Backward backward,
+            Save save = Save::Inputs);
+
+// A composite op (PyTorch's CompositeImplicitAutograd: matmul, stack,
+// dropout): the autocast step and device checks for `op`, then `body` runs
+// with autocast off and grad mode as it was, so the ops inside record their
+// own history.
+Tensor composite(std::string_view op, std::vector<Tensor> inputs, const Forward& body);
+
+// Ops without a gradient (comparisons, argmax, factories): autocast step and
+// device checks, then the kernel.
+Tensor call_nograd(std::string_view op, std::vector<Tensor> inputs, const Forward& forward);
+
+// In-place op on `self` (the first input): checks, kernel, version bump.
+void inplace(std::string_view op, const Tensor& self, std::vector<Tensor> others,
+             const std::function<void()>& kernel);
+
+// Inside a call()'s forward: whether the op will be recorded, i.e. whether its
+// backward can run (grad mode on and an input requires grad). A forward that
+// keeps extra state only for backward (an activation's pre-activation, a ReLU
+// mask) asks this instead of working it out from its inputs.
+bool recording();
+
+// Shared check: every defined tensor on the same device, else a clear Error.
+void check_same_device(std::string_view op, const std::vector<Tensor>& inputs);
+
+}  // namespace halfgrad::dispatch

@@ -1,0 +1,303 @@
+// Elementwise ops with broadcasting. Tensor-tensor ops first promote their
+// inputs to a common dtype with differentiable casts (float16 + float32 gives
+// float32, as in PyTorch), then run one kernel; a double operand takes the
+// tensor's dtype. Each backward formula sums the gradient back to the
+// input's shape where the input was broadcast.
+#include <cmath>
+
+#include <halfgrad/ops/dispatch.h>
+#include <halfgrad/ops/kernels.h>
+#include <halfgrad/ops/ops.h>
+#include <halfgrad/ops/util.h>
+
+namespace halfgrad {
+
+using dispatch::Grads;
+using dispatch::Save;
+using dispatch::Saved;
+using kernels::BinaryOp;
+using kernels::UnaryOp;
+
+namespace {
+
+// Inputs cast to their promoted dtype (integers become float32 for ops that need floats).
+std::pair<Tensor, Tensor> promoted(const Tensor& a, const Tensor& b, bool needs_float) {
+  DType dt = promote_types(a.dtype(), b.dtype());
+  if (needs_float && !is_floating(dt)) dt = DType::Float32;
+  return {a.to(dt), b.to(dt)};
+}
+
+// A double operand as a 0-d tensor of the tensor's dtype; an integer tensor
+// with a fractional value promotes to float32, as in PyTorch.
+Tensor scalar_like(const Tensor& t, double value) {
+  const bool integral = std::floor(value) == value;
+  const DType dt = is_floating(t.dtype()) || integral ? (t.dtype() == DType::Bool ? DType::Int64 : t.dtype())
+                                                      : DType::Float32;
+  return ops::scalar_tensor(value, dt, t.device());
+}
+
+Tensor binary_kernel(BinaryOp op, const Tensor& a, const Tensor& b, const Shape& shape, double alpha = 1.0) {
+  Tensor out = make_tensor(shape, a.options());
+  kernels::binary(op, ops::broadcast_to(a, shape), ops::broadcast_to(b, shape), out, alpha);
+  return out;
+}
+
+Tensor binary_op(std::string_view name, BinaryOp op, const Tensor& a0, const Tensor& b0, bool needs_float,
+                 double alpha, dispatch::Backward backward, Save save) {
+  auto [a, b] = promoted(a0, b0, needs_float);
+  const Shape shape = ops::broadcast_shapes(name, a.shape(), b.shape());
+  return dispatch::call(
+      name, {a, b},
+      [op, shape, alpha](const std::vector<Tensor>& in) { return binary_kernel(op, in[0], in[1], shape, alpha); },
+      std::move(backward), save);
+}
+
+Tensor unary_op(std::string_view name, UnaryOp op, const Tensor& a0, dispatch::Backward backward, Save save,
+                kernels::UnaryParams p = {}, bool needs_float = true) {
+  const Tensor a = needs_float && !is_floating(a0.dtype()) ? a0.to(DType::Float32) : a0;
+  return dispatch::call(
+      name, {a},
+      [op, p](const std::vector<Tensor>& in) {
+        Tensor out = make_tensor(in[0].shape(), in[0].options());
+        kernels::unary(op, in[0], out, p);
+        return out;
+      },
+      std::move(backward), save);
+}
+
+Tensor compare_op(std::string_view name, BinaryOp op, const Tensor& a0, const Tensor& b0) {
+  auto [a, b] = promoted(a0, b0, false);
+  const Shape shape = ops::broadcast_shapes(name, a.shape(), b.shape());
+  return dispatch::call_nograd(name, {a, b}, [op, shape](const std::vector<Tensor>& in) {
+    Tensor out = make_tensor(shape, TensorOptions(DType::Bool, in[0].device()));
+    kernels::binary(op, ops::broadcast_to(in[0], shape), ops::broadcast_to(in[1], shape), out);
+    return out;
+  });
+}
+
+// g where mask is true, else 0 (mask is bool, g's shape).
+Tensor masked_grad(const Tensor& g, const Tensor& mask) {
+  return where(mask, g, ops::scalar_tensor(0.0, g.dtype(), g.device()));
+}
+
+// maximum/minimum: the winner gets g, a tie gives each side g / 2 (as PyTorch).
+Tensor tie_split_grad(const Tensor& g, const Tensor& wins, const Tensor& ties) {
+  return where(wins, g, where(ties, mul(g, 0.5), ops::scalar_tensor(0.0, g.dtype(), g.device())));
+}
+
+}  // namespace
+
+// ---- arithmetic ----------------------------------------------------------------
+Tensor add(const Tensor& a, const Tensor& b, double alpha) {
+  const Shape sa = a.shape(), sb = b.shape();
+  return binary_op("add", BinaryOp::Add, a, b, false, alpha,
+                   [sa, sb, alpha](const Saved&, const Tensor& g) -> Grads {
+                     return {sum_to(g, sa), sum_to(alpha == 1.0 ? g : mul(g, alpha), sb)};
+                   },
+                   Save::Nothing);
+}
+
+Tensor sub(const Tensor& a, const Tensor& b, double alpha) {
+  const Shape sa = a.shape(), sb = b.shape();
+  return binary_op("sub", BinaryOp::Sub, a, b, false, alpha,
+                   [sa, sb, alpha](const Saved&, const Tensor& g) -> Grads {
+                     return {sum_to(g, sa), sum_to(mul(g, -alpha), sb)};
+                   },
+                   Save::Nothing);
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  return binary_op("mul", BinaryOp::Mul, a, b, false, 1.0,
+                   [](const Saved& s, const Tensor& g) -> Grads {
+                     const Tensor &x = s.input(0), &y = s.input(1);
+                     return {sum_to(mul(g, y), x.shape()), sum_to(mul(g, x), y.shape())};
+                   },
+                   Save::Inputs);
+}
+
+Tensor div(const Tensor& a, const Tensor& b) {
+  return binary_op("div", BinaryOp::Div, a, b, true, 1.0,
+                   [](const Saved& s, const Tensor& g) -> Grads {
+                     const Tensor &x = s.input(0), &y = s.input(1);
+                     const Tensor gx = div(g, y);
+                     return {sum_to(gx, x.shape()), sum_to(neg(mul(gx, div(x, y))), y.shape())};
+                   },
+                   Save::Inputs);
+}
+
+Tensor pow(const Tensor& a, const Tensor& b) {
+  return binary_op("pow", BinaryOp::Pow, a, b, true, 1.0,
+                   [](const Saved& s, const Tensor& g) -> Grads {
+                     const Tensor &x = s.input(0), &y = s.input(1);
+                     const Tensor gx = mul(g, mul(y, pow(x, sub(y, 1.0))));
+                     // d/dy x^y = x^y log x; at x = 0 (y >= 0) PyTorch defines it as 0
+                     const Tensor zero = ops::scalar_tensor(0.0, x.dtype(), x.device());
+                     const Tensor gy = where(eq(x, 0.0), zero, mul(g, mul(pow(x, y), log(x))));
+                     return {sum_to(gx, x.shape()), sum_to(gy, y.shape())};
+                   },
+                   Save::Inputs);
+}
+
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  return binary_op("maximum", BinaryOp::Maximum, a, b, false, 1.0,
+                   [](const Saved& s, const Tensor& g) -> Grads {
+                     const Tensor &x = s.input(0), &y = s.input(1);
+                     return {sum_to(tie_split_grad(g, gt(x, y), eq(x, y)), x.shape()),
+                             sum_to(tie_split_grad(g, lt(x, y), eq(x, y)), y.shape())};
+                   },
+                   Save::Inputs);
+}
+
+Tensor minimum(const Tensor& a, const Tensor& b) {
+  return binary_op("minimum", BinaryOp::Minimum, a, b, false, 1.0,
+                   [](const Saved& s, const Tensor& g) -> Grads {
+                     const Tensor &x = s.input(0), &y = s.input(1);
+                     return {sum_to(tie_split_grad(g, lt(x, y), eq(x, y)), x.shape()),
+                             sum_to(tie_split_grad(g, gt(x, y), eq(x, y)), y.shape())};
+                   },
+                   Save::Inputs);
+}
+
+Tensor add(const Tensor& a, double b) { return add(a, scalar_like(a, b)); }
+Tensor sub(const Tensor& a, double b) { return sub(a, scalar_like(a, b)); }
+Tensor mul(const Tensor& a, double b) { return mul(a, scalar_like(a, b)); }
+Tensor div(const Tensor& a, double b) {
+  return div(a, is_floating(a.dtype()) ? scalar_like(a, b) : ops::scalar_tensor(b, DType::Float32, a.device()));
+}
+
+Tensor pow(const Tensor& a, double exponent) {
+  // an integer tensor to a non-negative integral power stays an integer tensor
+  const bool integral = !is_floating(a.dtype()) && exponent >= 0 && std::floor(exponent) == exponent;
+  return unary_op("pow", UnaryOp::PowScalar, a,
+                  [exponent](const Saved& s, const Tensor& g) -> Grads {
+                    if (exponent == 0.0) return {zeros_like(g)};  // d x^0 = 0, also at x = 0
+                    return {mul(g, mul(pow(s.input(0), exponent - 1.0), exponent))};
+                  },
+                  Save::Inputs, {exponent, 0.0}, /*needs_float=*/!integral);
+}
+
+// ---- unary -------------------------------------------------------------------------
+Tensor neg(const Tensor& a) {
+  return unary_op("neg", UnaryOp::Neg, a, [](const Saved&, const Tensor& g) -> Grads { return {neg(g)}; },
+                  Save::Nothing, {}, false);
+}
+
+Tensor exp(const Tensor& a) {
+  return unary_op("exp", UnaryOp::Exp, a,
+                  [](const Saved& s, const Tensor& g) -> Grads { return {mul(g, s.output())}; }, Save::Output);
+}
+
+Tensor log(const Tensor& a) {
+  return unary_op("log", UnaryOp::Log, a,
+                  [](const Saved& s, const Tensor& g) -> Grads { return {div(g, s.input(0))}; }, Save::Inputs);
+}
+
+Tensor sqrt(const Tensor& a) {
+  return unary_op("sqrt", UnaryOp::Sqrt, a,
+                  [](const Saved& s, const Tensor& g) -> Grads { return {div(g, mul(s.output(), 2.0))}; },
+                  Save::Output);
+}
+
+Tensor abs(const Tensor& a) {
+  return unary_op("abs", UnaryOp::Abs, a,
+                  [](const Saved& s, const Tensor& g) -> Grads {
+                    Tensor sign = make_tensor(s.input(0).shape(), s.input(0).options());
+                    kernels::unary(UnaryOp::Sign, s.input(0), sign);
+                    return {mul(g, sign)};
+                  },
+                  Save::Inputs, {}, false);
+}
+
+Tensor relu(const Tensor& a) {
+  return unary_op("relu", UnaryOp::Relu, a,
+                  [](const Saved& s, const Tensor& g) -> Grads {
+                    // one pass, no mask tensor: g where the output is positive
+                    return {binary_kernel(BinaryOp::ReluBackward, g.to(s.output().dtype()), s.output(), g.shape())};
+                  },
+                  Save::Output, {}, false);
+}
+
+// One op "gelu" for both forms, as in PyTorch; each form's backward uses its own derivative.
+Tensor gelu(const Tensor& a, std::string_view approximate) {
+  HG_CHECK(approximate == "none" || approximate == "tanh",
+           "gelu: approximate must be \"none\" (exact, the default) or \"tanh\", got \"{}\" for input {}",
+           approximate, a.describe());
+  const bool tanh_form = approximate == "tanh";
+  return unary_op("gelu", tanh_form ? UnaryOp::GeluTanh : UnaryOp::Gelu, a,
+                  [grad_op = tanh_form ? UnaryOp::GeluTanhGrad : UnaryOp::GeluGrad](const Saved& s,
+                                                                                   const Tensor& g) -> Grads {
+                    Tensor d = make_tensor(s.input(0).shape(), s.input(0).options());
+                    kernels::unary(grad_op, s.input(0), d);
+                    return {mul(g, d)};
+                  },
+                  Save::Inputs);
+}
+
+Tensor sigmoid(const Tensor& a) {
+  return unary_op("sigmoid", UnaryOp::Sigmoid, a,
+                  [](const Saved& s, const Tensor& g) -> Grads {
+                    const Tensor& y = s.output();
+                    return {mul(g, mul(y, sub(ops::scalar_tensor(1.0, y.dtype(), y.device()), y)))};
+                  },
+                  Save::Output);
+}
+
+Tensor tanh(const Tensor& a) {
+  return unary_op("tanh", UnaryOp::Tanh, a,
+                  [](const Saved& s, const Tensor& g) -> Grads {
+                    const Tensor& y = s.output();
+                    return {mul(g, sub(ops::scalar_tensor(1.0, y.dtype(), y.device()), mul(y, y)))};
+                  },
+                  Save::Output);
+}
+
+Tensor clamp(const Tensor& a, std::optional<double> min, std::optional<double> max) {
+  HG_CHECK(min || max, "clamp: at least one of min and max must be given");
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  HG_CHECK(is_floating(a.dtype()) || ((!min || std::floor(*min) == *min) && (!max || std::floor(*max) == *max)),
+           "clamp: fractional bounds for the integer tensor {}; cast it to a float dtype first", a.describe());
+  const double lo = min ? *min : nan, hi = max ? *max : nan;  // NaN: no bound
+  return unary_op("clamp", UnaryOp::Clamp, a,
+                  [](const Saved& s, const Tensor& g) -> Grads {
+                    return {masked_grad(g, eq(s.output(), s.input(0)))};  // gradient passes where not clamped
+                  },
+                  Save::Both, {lo, hi}, false);
+}
+
+// ---- comparisons and where --------------------------------------------------------------
+Tensor eq(const Tensor& a, const Tensor& b) { return compare_op("eq", BinaryOp::Eq, a, b); }
+Tensor ne(const Tensor& a, const Tensor& b) { return compare_op("ne", BinaryOp::Ne, a, b); }
+Tensor lt(const Tensor& a, const Tensor& b) { return compare_op("lt", BinaryOp::Lt, a, b); }
+Tensor le(const Tensor& a, const Tensor& b) { return compare_op("le", BinaryOp::Le, a, b); }
+Tensor gt(const Tensor& a, const Tensor& b) { return compare_op("gt", BinaryOp::Gt, a, b); }
+Tensor ge(const Tensor& a, const Tensor& b) { return compare_op("ge", BinaryOp::Ge, a, b); }
+Tensor eq(const Tensor& a, double b) { return eq(a, scalar_like(a, b)); }
+Tensor ne(const Tensor& a, double b) { return ne(a, scalar_like(a, b)); }
+Tensor lt(const Tensor& a, double b) { return lt(a, scalar_like(a, b)); }
+Tensor le(const Tensor& a, double b) { return le(a, scalar_like(a, b)); }
+Tensor gt(const Tensor& a, double b) { return gt(a, scalar_like(a, b)); }
+Tensor ge(const Tensor& a, double b) { return ge(a, scalar_like(a, b)); }
+
+Tensor where(const Tensor& cond, const Tensor& a0, const Tensor& b0) {
+  HG_CHECK(cond.dtype() == DType::Bool, "where: condition must be bool, got {}", cond.describe());
+  auto [a, b] = promoted(a0, b0, false);
+  const Shape shape =
+      ops::broadcast_shapes("where", cond.shape(), ops::broadcast_shapes("where", a.shape(), b.shape()));
+  const Shape sa = a.shape(), sb = b.shape();
+  return dispatch::call(
+      "where", {cond, a, b},
+      [shape](const std::vector<Tensor>& in) {
+        Tensor out = make_tensor(shape, in[1].options());
+        kernels::where(ops::broadcast_to(in[0], shape), ops::broadcast_to(in[1], shape),
+                       ops::broadcast_to(in[2], shape), out);
+        return out;
+      },
+      [sa, sb](const Saved& s, const Tensor& g) -> Grads {
+        const Tensor& c = s.input(0);
+        return {Tensor(), sum_to(masked_grad(g, ops::broadcast_to(c, g.shape())), sa),
+                sum_to(masked_grad(g, ops::broadcast_to(eq(c, 0.0), g.shape())), sb)};
+      },
+      Save::Inputs);
+}
+
+}  // namespace halfgrad

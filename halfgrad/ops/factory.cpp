@@ -1,0 +1,90 @@
+// Factories: new tensors filled by a kernel. They have no inputs, so there is
+// nothing to autocast or record; `requires_grad` in the options makes a leaf.
+#include <cmath>
+
+#include <halfgrad/ops/kernels.h>
+#include <halfgrad/ops/ops.h>
+
+namespace halfgrad {
+
+namespace {
+Tensor finish(Tensor t, const TensorOptions& o) {
+  if (o.requires_grad()) t.requires_grad_(true);
+  return t;
+}
+TensorOptions plain(const TensorOptions& o) { return TensorOptions(o.dtype(), o.device()); }
+
+template <typename T>
+Tensor from_values(const std::vector<T>& values, const Shape& shape, const TensorOptions& o) {
+  Shape s = shape.empty() ? Shape{static_cast<int64_t>(values.size())} : shape;
+  HG_CHECK(shape_numel(s) == static_cast<int64_t>(values.size()), "tensor: {} values do not fill shape {}",
+           values.size(), shape_str(s));
+  Tensor host = make_tensor(s, TensorOptions(dtype_of<T>::value, Device::cpu()));
+  std::copy(values.begin(), values.end(), static_cast<T*>(host.data_ptr()));
+  Tensor out = make_tensor(s, plain(o));
+  kernels::copy(out, host);
+  return finish(out, o);
+}
+}  // namespace
+
+Tensor empty(const Shape& shape, TensorOptions o) { return finish(make_tensor(shape, plain(o)), o); }
+
+Tensor full(const Shape& shape, double value, TensorOptions o) {
+  Tensor t = make_tensor(shape, plain(o));
+  kernels::fill(t, value);
+  return finish(t, o);
+}
+Tensor zeros(const Shape& shape, TensorOptions o) { return full(shape, 0.0, o); }
+Tensor ones(const Shape& shape, TensorOptions o) { return full(shape, 1.0, o); }
+
+Tensor arange(int64_t end, TensorOptions o) {
+  return arange(0.0, static_cast<double>(end), 1.0, o.with_default_dtype(DType::Int64));
+}
+
+Tensor arange(double start, double end, double step, TensorOptions o) {
+  HG_CHECK(step != 0, "arange: step must not be zero");
+  const double count = std::ceil((end - start) / step);
+  HG_CHECK(std::isfinite(count) && count < 1e12,
+           "arange: the range [{}, {}) with step {} is infinite or too large ({} elements)", start, end, step, count);
+  const int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
+  std::vector<double> values(n);
+  for (int64_t i = 0; i < n; ++i) values[i] = start + static_cast<double>(i) * step;
+  Tensor host = from_values(values, {n}, TensorOptions(DType::Float64));
+  Tensor out = make_tensor({n}, plain(o));
+  kernels::copy(out, host);
+  return finish(out, o);
+}
+
+Tensor rand(const Shape& shape, TensorOptions o) {
+  HG_CHECK(is_floating(o.dtype()), "rand: dtype must be floating, got {}", dtype_name(o.dtype()));
+  Tensor t = make_tensor(shape, plain(o));
+  kernels::uniform(t, 0.0, 1.0);
+  return finish(t, o);
+}
+
+Tensor randn(const Shape& shape, TensorOptions o) {
+  HG_CHECK(is_floating(o.dtype()), "randn: dtype must be floating, got {}", dtype_name(o.dtype()));
+  Tensor t = make_tensor(shape, plain(o));
+  kernels::normal(t, 0.0, 1.0);
+  return finish(t, o);
+}
+
+Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions o) {
+  o = o.with_default_dtype(DType::Int64);
+  HG_CHECK(low < high, "randint: low ({}) must be less than high ({})", low, high);
+  HG_CHECK(o.dtype() != DType::Bool, "randint: dtype bool is not supported");
+  Tensor t = make_tensor(shape, plain(o));
+  kernels::randint(t, low, high);
+  return finish(t, o);
+}
+
+Tensor tensor(const std::vector<float>& v, const Shape& s, TensorOptions o) { return from_values(v, s, o); }
+Tensor tensor(const std::vector<double>& v, const Shape& s, TensorOptions o) { return from_values(v, s, o); }
+Tensor tensor(const std::vector<int64_t>& v, const Shape& s, TensorOptions o) { return from_values(v, s, o); }
+
+Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.options()); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.options()); }
+Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.options()); }
+Tensor full_like(const Tensor& t, double value) { return full(t.shape(), value, t.options()); }
+
+}  // namespace halfgrad

@@ -1,0 +1,171 @@
+// Backend selection: every kernel entry point goes to ops/cpu or ops/cuda by
+// the device of its tensors (the dispatcher has already checked that they
+// share one). Built without CUDA, a CUDA tensor cannot exist (allocation
+// fails first), so the CUDA branches compile away.
+#include <halfgrad/ops/kernels.h>
+
+#include <halfgrad/core/cuda/runtime.h>
+#include <halfgrad/ops/cpu/cpu_kernels.h>
+#if HALFGRAD_WITH_CUDA
+#include <halfgrad/ops/cuda/cuda_kernels.h>
+#include <halfgrad/ops/cuda/gemm.h>
+#define HG_BACKEND(t, cpu_call, cuda_call) \
+  do {                                     \
+    if ((t).device().is_cpu()) {           \
+      cpu_call;                            \
+    } else {                               \
+      cuda_call;                           \
+    }                                      \
+  } while (0)
+#else
+#define HG_BACKEND(t, cpu_call, cuda_call) \
+  do {                                     \
+    (void)(t);                             \
+    cpu_call;                              \
+  } while (0)
+#endif
+
+namespace halfgrad::kernels {
+
+void unary(UnaryOp op, const Tensor& in, const Tensor& out, UnaryParams p) {
+  HG_BACKEND(in, cpu::unary(op, in, out, p), cuda_ops::unary(op, in, out, p));
+}
+
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, double alpha) {
+  HG_BACKEND(a, cpu::binary(op, a, b, out, alpha), cuda_ops::binary(op, a, b, out, alpha));
+}
+
+void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
+  HG_BACKEND(a, cpu::where(cond, a, b, out), cuda_ops::where(cond, a, b, out));
+}
+
+void fill(const Tensor& out, double value) { HG_BACKEND(out, cpu::fill(out, value), cuda_ops::fill(out, value)); }
+
+void copy(const Tensor& dst, const Tensor& src) {
+  HG_CHECK(dst.shape() == src.shape(), "copy: shapes differ: {} and {}", dst.describe(), src.describe());
+  if (dst.device() == src.device()) {
+    HG_BACKEND(dst, cpu::copy(dst, src), cuda_ops::copy(dst, src));
+    return;
+  }
+  if (dst.numel() == 0) return;
+  // Between host and device: bytes move contiguously in one dtype; a cast or
+  // a strided layout is done on the side that has the data.
+  const int device = dst.device().is_cuda() ? dst.device().index() : src.device().index();
+  if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
+    cuda::copy_bytes(dst.data_ptr(), dst.device().is_cuda(), src.data_ptr(), src.device().is_cuda(),
+                     static_cast<size_t>(src.numel()) * itemsize(src.dtype()), device);
+    return;
+  }
+  if (src.device().is_cpu()) {  // host -> device: cast/pack on the host, then move
+    Tensor staged = make_tensor(src.shape(), TensorOptions(dst.dtype(), Device::cpu()));
+    cpu::copy(staged, src);
+    if (dst.is_contiguous()) return copy(dst, staged);
+    Tensor moved = make_tensor(src.shape(), TensorOptions(dst.dtype(), dst.device()));
+    copy(moved, staged);
+    return copy(dst, moved);  // device-side strided copy
+  }
+  // device -> host: pack on the device in the source dtype, move, cast on the host
+  Tensor packed = src.is_contiguous() ? src : make_tensor(src.shape(), src.options());
+  if (!src.is_contiguous()) copy(packed, src);
+  Tensor host = make_tensor(src.shape(), TensorOptions(src.dtype(), Device::cpu()));
+  copy(host, packed);
+  cpu::copy(dst, host);
+}
+
+void reduce(ReduceOp op, const Tensor& in, const std::vector<int64_t>& dims, const Tensor& out) {
+  HG_BACKEND(in, cpu::reduce(op, in, dims, out), cuda_ops::reduce(op, in, dims, out));
+}
+
+void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias, float beta) {
+  HG_BACKEND(a, cpu::gemm(a, b, out, bias, beta), cuda_ops::gemm(a, b, out, bias, beta));
+}
+
+#if HALFGRAD_WITH_CUDA
+namespace {
+cuda_ops::Epilogue epilogue(Activation act) {
+  // None still adds the bias when there is one (and accepts none)
+  switch (act) {
+    case Activation::ReLU: return cuda_ops::Epilogue::BiasRelu;
+    case Activation::GELU: return cuda_ops::Epilogue::BiasGelu;
+    case Activation::GELUTanh: return cuda_ops::Epilogue::BiasGeluTanh;
+    case Activation::None: break;
+  }
+  return cuda_ops::Epilogue::None;
+}
+}  // namespace
+#endif
+
+void linear_act(const Tensor& x2, const Tensor& w, const Tensor& bias, Activation act, const Tensor& out,
+                const Tensor& pre) {
+  HG_BACKEND(x2, cpu::linear_act(x2, w, bias, act, out, pre),
+             cuda_ops::linear_forward(x2, w, bias, epilogue(act), out, pre));
+}
+
+void linear_act_backward(const Tensor& g, const Tensor& x2, const Tensor& w, Activation act, const Tensor& saved,
+                         const Tensor& dx, const Tensor& dw, const Tensor& db) {
+  HG_BACKEND(g, cpu::linear_act_backward(g, x2, w, act, saved, dx, dw, db),
+             cuda_ops::linear_backward_epilogue(g, x2, w, epilogue(act), saved, dx, dw, db));
+}
+
+#if HALFGRAD_WITH_CUDA
+namespace {
+std::vector<cuda_ops::Epilogue> epilogues(const std::vector<Activation>& act) {
+  std::vector<cuda_ops::Epilogue> e;
+  for (Activation a : act) e.push_back(epilogue(a));
+  return e;
+}
+}  // namespace
+#endif
+
+std::vector<Tensor> linear_chain(const std::vector<Tensor>& h, const std::vector<Tensor>& w,
+                                 const std::vector<Tensor>& b, const std::vector<Activation>& act, bool keep) {
+  std::vector<Tensor> saved;
+  HG_BACKEND(h[0], saved = cpu::linear_chain(h, w, b, act, keep),
+             saved = cuda_ops::linear_chain(h, w, b, epilogues(act), keep));
+  return saved;
+}
+
+void linear_chain_backward(const Tensor& g, const std::vector<Tensor>& h, const std::vector<Tensor>& w,
+                           const std::vector<Activation>& act, const std::vector<Tensor>& saved, const Tensor& dx,
+                           const std::vector<Tensor>& dw, const std::vector<Tensor>& db) {
+  HG_BACKEND(g, cpu::linear_chain_backward(g, h, w, act, saved, dx, dw, db),
+             cuda_ops::linear_chain_backward(g, h, w, epilogues(act), saved, dx, dw, db));
+}
+
+int64_t linear_chain_lowest(const Tensor& dx, const std::vector<Tensor>& dw, const std::vector<Tensor>& db) {
+  if (dx.defined()) return -1;
+  const int64_t layers = static_cast<int64_t>(dw.size());
+  for (int64_t i = 0; i < layers; ++i)
+    if (dw[i].defined() || db[i].defined()) return i;
+  return layers;
+}
+
+void softmax(const Tensor& in, const Tensor& out, bool log) {
+  HG_BACKEND(in, cpu::softmax(in, out, log), cuda_ops::softmax(in, out, log));
+}
+
+void softmax_backward(const Tensor& grad_out, const Tensor& y, const Tensor& grad_in, bool log) {
+  HG_BACKEND(y, cpu::softmax_backward(grad_out, y, grad_in, log), cuda_ops::softmax_backward(grad_out, y, grad_in, log));
+}
+
+void nll_loss(const Tensor& logp, const Tensor& target, const Tensor& out, int64_t ignore_index, const char* op) {
+  HG_BACKEND(logp, cpu::nll_loss(logp, target, out, ignore_index, op),
+             cuda_ops::nll_loss(logp, target, out, ignore_index));
+}
+
+void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& grad_logp, int64_t ignore_index) {
+  HG_BACKEND(grad, cpu::nll_loss_backward(grad, target, grad_logp, ignore_index),
+             cuda_ops::nll_loss_backward(grad, target, grad_logp, ignore_index));
+}
+
+void uniform(const Tensor& out, double low, double high) {
+  HG_BACKEND(out, cpu::uniform(out, low, high), cuda_ops::uniform(out, low, high));
+}
+void normal(const Tensor& out, double mean, double std) {
+  HG_BACKEND(out, cpu::normal(out, mean, std), cuda_ops::normal(out, mean, std));
+}
+void randint(const Tensor& out, int64_t low, int64_t high) {
+  HG_BACKEND(out, cpu::randint(out, low, high), cuda_ops::randint(out, low, high));
+}
+
+}  // namespace halfgrad::kernels

@@ -1,0 +1,108 @@
+#pragma once
+// The backend kernel interface: what ops/ asks of a backend. Each entry
+// point picks ops/cpu or ops/cuda by the tensors' device (ops/kernels.cpp)
+// and the dtype inside the backend. Kernels write into `out` tensors that
+// the op has allocated; they never allocate outputs themselves and never
+// record autograd history.
+#include <cstdint>
+#include <vector>
+
+#include <halfgrad/core/tensor.h>
+#include <halfgrad/ops/activation.h>
+
+namespace halfgrad::kernels {
+
+enum class UnaryOp : uint8_t {
+  Neg, Exp, Log, Sqrt, Abs, Relu, Gelu, Sigmoid, Tanh,
+  Clamp,      // p.a = min (NaN: none), p.b = max (NaN: none)
+  PowScalar,  // x ^ p.a
+  GeluGrad,   // d gelu / dx
+  Sign,
+  GeluTanh,      // gelu(approximate="tanh")
+  GeluTanhGrad,  // its d / dx
+};
+struct UnaryParams {
+  double a = 0, b = 0;
+};
+
+enum class BinaryOp : uint8_t {
+  Add, Sub, Mul, Div, Pow, Maximum, Minimum,  // out dtype = input dtype
+  ReluBackward,                               // a = grad, b = relu output: b > 0 ? a : 0
+  Eq, Ne, Lt, Le, Gt, Ge,                     // out dtype = bool
+};
+
+// out = op(in). Same shape; in and out share a dtype.
+void unary(UnaryOp op, const Tensor& in, const Tensor& out, UnaryParams p = {});
+// out = op(a, b); a and b are (possibly expanded) views of out's shape with one dtype.
+// Add and Sub compute a + alpha * b and a - alpha * b.
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, double alpha = 1.0);
+// out = cond ? a : b, all views of out's shape.
+void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out);
+void fill(const Tensor& out, double value);
+// dst = src element by element: same shape, any dtypes, any devices, any strides.
+void copy(const Tensor& dst, const Tensor& src);
+
+enum class ReduceOp : uint8_t { Sum, Mean, Max, ArgMax };
+// Reduce `in` over `dims` (sorted, non-negative, unique) into `out`, whose
+// shape is in's shape with those dims set to 1. Float inputs accumulate in
+// float32 (float64 for float64). ArgMax writes int64 indices (one dim only).
+void reduce(ReduceOp op, const Tensor& in, const std::vector<int64_t>& dims, const Tensor& out);
+
+// out[b] = a[b] @ b[b] (+ bias) (+ beta * out): a [.., m, k], b [.., k, n], out [.., m, n]
+// with 2 or 3 dims (the batch dim of a or b may be stride 0); any strides for
+// a and b, rows of out contiguous. Accumulates in float32 (float64 for float64).
+void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias = Tensor(), float beta = 0.f);
+
+// Linear + activation in one GEMM (the bias and activation in its epilogue):
+// out = act(x2 @ w^T + bias), x2 [N, in], w [out, in], bias [out] or undefined.
+// `pre`, when defined ([N, out], contiguous), receives x2 @ w^T + bias: the
+// GELUs' backward needs it (ReLU's needs only the output); undefined when no
+// backward will run. GELU is the exact (erf) form, GELUTanh PyTorch's
+// approximate="tanh", the one cuBLASLt fuses into the GEMM.
+using halfgrad::Activation;  // ops/activation.h
+using halfgrad::is_gelu;
+void linear_act(const Tensor& x2, const Tensor& w, const Tensor& bias, Activation act, const Tensor& out,
+                const Tensor& pre);
+// Its backward: gz = g * act'(.), then dx = gz @ w, dw = gz^T @ x2, db = sum(gz, 0)
+// (each of dx, dw, db undefined: not wanted). `saved` is the output for ReLU, `pre` for the GELUs.
+void linear_act_backward(const Tensor& g, const Tensor& x2, const Tensor& w, Activation act, const Tensor& saved,
+                         const Tensor& dx, const Tensor& dw, const Tensor& db);
+
+// A chain of Linear layers as one op (linear_chain): h[i+1] = act[i](h[i] @ w[i]^T + b[i]).
+// h holds layers + 1 tensors: h[0] = x2 [N, in], h[i+1] [N, out_i] contiguous, filled here.
+// With `keep` (a backward will run) returns, per layer, what its backward needs besides h:
+// z for the GELUs and, on CUDA, cuBLASLt's ReLU bit mask for a hidden ReLU layer. That is
+// the backend's own state (the one thing a kernel allocates): pass it back unchanged.
+std::vector<Tensor> linear_chain(const std::vector<Tensor>& h, const std::vector<Tensor>& w,
+                                 const std::vector<Tensor>& b, const std::vector<Activation>& act, bool keep);
+// Its backward, top down, from g = dL/dh[layers]: dx = dL/dh[0], dw[i], db[i] (each undefined:
+// not wanted). h[layers] is read only for a ReLU on the last layer. Layers below the lowest
+// wanted gradient do no work (their h[i] and w[i] may be undefined). On CUDA each hidden
+// layer's dReLU/dGELU and bias gradient ride in the epilogue of the dx GEMM of the layer above.
+void linear_chain_backward(const Tensor& g, const std::vector<Tensor>& h, const std::vector<Tensor>& w,
+                           const std::vector<Activation>& act, const std::vector<Tensor>& saved, const Tensor& dx,
+                           const std::vector<Tensor>& dw, const std::vector<Tensor>& db);
+// Where that backward stops: -1 when dx is wanted, else the lowest layer with a wanted dw or
+// db (the layer count when none is). Layer i computes its input gradient only when i > this.
+int64_t linear_chain_lowest(const Tensor& dx, const std::vector<Tensor>& dw, const std::vector<Tensor>& db);
+
+// Softmax over the last dim of a contiguous tensor (log: log-softmax).
+void softmax(const Tensor& in, const Tensor& out, bool log);
+// grad_in from grad_out and the forward output y: softmax: y * (g - sum(g*y));
+// log-softmax: g - exp(y) * sum(g).
+void softmax_backward(const Tensor& grad_out, const Tensor& y, const Tensor& grad_in, bool log);
+// Per-sample negative log-likelihood: out[i] = -logp[i, target[i]] (0 where
+// target == ignore_index). logp [N, C] contiguous, target int64 [N]. A target
+// outside [0, C) other than ignore_index is an Error naming it.
+// `op` names the user's op in the out-of-range message (nll_loss, cross_entropy).
+void nll_loss(const Tensor& logp, const Tensor& target, const Tensor& out, int64_t ignore_index,
+              const char* op = "nll_loss");
+// grad_logp[i, target[i]] = -grad[i] (other entries 0). grad [N], grad_logp [N, C].
+void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& grad_logp, int64_t ignore_index);
+
+// Random fills of a contiguous `out` from its device's generator (core/random.h).
+void uniform(const Tensor& out, double low, double high);
+void normal(const Tensor& out, double mean, double std);
+void randint(const Tensor& out, int64_t low, int64_t high);
+
+}  // namespace halfgrad::kernels

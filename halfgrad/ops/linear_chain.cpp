@@ -1,0 +1,134 @@
+// linear_chain: Linear layers with their activations as one op, so one
+// backward sees the whole chain. That is what lets CUDA apply a hidden
+// layer's dReLU/dGELU (and reduce its bias gradient) in the epilogue of the
+// GEMM that computes the gradient reaching it, the layer above's dx GEMM:
+// a node per layer would need an elementwise pass there.
+#include <algorithm>
+#include <memory>
+
+#include <halfgrad/ops/dispatch.h>
+#include <halfgrad/ops/kernels.h>
+#include <halfgrad/ops/ops.h>
+#include <halfgrad/ops/util.h>
+
+namespace halfgrad {
+
+namespace {
+constexpr const char* kOp = "linear_chain";
+
+// Shapes and counts, before the dispatcher (autocast does not change them).
+void check_layers(const Tensor& x, const std::vector<Tensor>& weights, const std::vector<Tensor>& biases,
+                  const std::vector<Activation>& acts) {
+  HG_CHECK(!weights.empty(), "{}: expected at least one layer, got no weights", kOp);
+  HG_CHECK(biases.size() == weights.size() && acts.size() == weights.size(),
+           "{}: got {} weights, {} biases and {} activations; pass one of each per layer (an undefined Tensor() "
+           "for a layer without bias, Activation::None for a layer without activation)",
+           kOp, weights.size(), biases.size(), acts.size());
+  HG_CHECK(x.defined() && x.dim() >= 1, "{}: the input must have at least 1 dim [*, in_features], got {}", kOp,
+           x.describe());
+  HG_CHECK(is_floating(x.dtype()), "{}: expected a floating input, got {}. Cast it first, e.g. .to(float32).", kOp,
+           x.describe());
+  int64_t features = x.shape().back();
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const Tensor& w = weights[i];
+    HG_CHECK(w.defined() && w.dim() == 2, "{}: layer {}: weight must be 2-d [out_features, in_features], got {}", kOp,
+             i, w.describe());
+    HG_CHECK(w.shape()[1] == features,
+             "{}: layer {}: weight {} takes {} input features, but {} has {}; its weight must be [out_features, {}]",
+             kOp, i, w.describe(), w.shape()[1],
+             i == 0 ? "the input " + x.describe() : fmt::format("the output of layer {}", i - 1), features, features);
+    HG_CHECK(!biases[i].defined() || (biases[i].dim() == 1 && biases[i].shape()[0] == w.shape()[0]),
+             "{}: layer {}: bias {} must be 1-d with out_features = {} elements (or an undefined Tensor() for none)",
+             kOp, i, biases[i].describe(), w.shape()[0]);
+    HG_CHECK(static_cast<int>(acts[i]) <= static_cast<int>(Activation::GELUTanh),
+             "{}: layer {}: unknown activation {} (None, ReLU, GELU or GELUTanh)", kOp, i,
+             static_cast<int>(acts[i]));
+    features = w.shape()[0];
+  }
+}
+
+// One dtype for all, after autocast had its chance to cast.
+void check_dtypes(const std::vector<Tensor>& in) {
+  const DType dt = in[0].dtype();
+  for (size_t k = 1; k < in.size(); ++k)
+    HG_CHECK(!in[k].defined() || in[k].dtype() == dt,
+             "{}: layer {}: {} {} is {} but the input is {}. Cast it first (e.g. .to({})), or run inside "
+             "`amp::autocast`, which casts the inputs of {} for you.",
+             kOp, (k - 1) / 2, k % 2 ? "weight" : "bias", in[k].describe(), dtype_name(in[k].dtype()),
+             dtype_name(dt), dtype_name(dt), kOp);
+}
+
+Tensor rows_of(const Tensor& t) { return t.dim() == 2 ? t : t.reshape({-1, t.shape().back()}); }
+
+// What backward needs besides the saved inputs and output: the hidden layers'
+// outputs (the next layer's GEMM input) and the backend's per-layer state.
+struct ChainState {
+  std::vector<Tensor> hidden;  // h[1] .. h[layers - 1]
+  std::vector<Tensor> saved;   // kernels::linear_chain's result
+};
+}  // namespace
+
+Tensor linear_chain(const Tensor& x, const std::vector<Tensor>& weights, const std::vector<Tensor>& biases,
+                    const std::vector<Activation>& activations) {
+  check_layers(x, weights, biases, activations);
+  const size_t layers = weights.size();
+  std::vector<Tensor> inputs{x};
+  for (size_t i = 0; i < layers; ++i) {
+    inputs.push_back(weights[i]);
+    inputs.push_back(biases[i]);
+  }
+  auto state = std::make_shared<ChainState>();
+  return dispatch::call(
+      kOp, std::move(inputs),
+      [state, acts = activations](const std::vector<Tensor>& in) {
+        check_dtypes(in);
+        const bool records = dispatch::recording();  // keep what backward reads only if it can run
+        const size_t layers = acts.size();
+        const Tensor x2 = rows_of(in[0]);
+        std::vector<Tensor> h{ops::gemm_operand(x2)}, w, b;
+        for (size_t i = 0; i < layers; ++i) {
+          w.push_back(ops::gemm_operand(in[1 + 2 * i]));
+          b.push_back(in[2 + 2 * i]);
+          h.push_back(make_tensor({x2.shape()[0], w[i].shape()[0]}, x2.options()));
+        }
+        std::vector<Tensor> saved = kernels::linear_chain(h, w, b, acts, records);
+        if (records) {
+          state->hidden.assign(h.begin() + 1, h.end() - 1);
+          state->saved = std::move(saved);
+        }
+        if (in[0].dim() == 2) return h.back();
+        Shape out_shape = in[0].shape();
+        out_shape.back() = h.back().shape()[1];
+        return h.back().view(out_shape);
+      },
+      [state, acts = activations, x_shape = x.shape()](const dispatch::Saved& s,
+                                                       const Tensor& g) -> dispatch::Grads {
+        const int64_t layers = static_cast<int64_t>(acts.size());
+        // Only the gradients someone needs (PyTorch's needs_input_grad), and only the
+        // saved tensors those read: nothing below the lowest wanted gradient.
+        int64_t lowest = s.needs_grad[0] ? -1 : layers;
+        for (int64_t i = layers - 1; i >= 0; --i)
+          if (s.needs_grad[1 + 2 * i] || s.needs_grad[2 + 2 * i]) lowest = std::min(lowest, i);
+        const Tensor g2 = rows_of(g).contiguous();
+        std::vector<Tensor> h{lowest <= 0 ? ops::gemm_operand(rows_of(s.input(0))) : Tensor()}, w, dw, db;
+        h.insert(h.end(), state->hidden.begin(), state->hidden.end());
+        // the output is saved (Save::Both) only when the last layer's ReLU needs it
+        h.push_back(acts.back() == Activation::ReLU ? s.output().reshape(g2.shape()) : Tensor());
+        for (int64_t i = 0; i < layers; ++i) {
+          w.push_back(i >= lowest ? ops::gemm_operand(s.input(1 + 2 * i)) : Tensor());
+          dw.push_back(s.needs_grad[1 + 2 * i] ? make_tensor(w[i].shape(), g.options()) : Tensor());
+          db.push_back(s.needs_grad[2 + 2 * i] ? make_tensor({w[i].shape()[0]}, g.options()) : Tensor());
+        }
+        const Tensor dx = s.needs_grad[0] ? make_tensor({g2.shape()[0], w[0].shape()[1]}, g.options()) : Tensor();
+        kernels::linear_chain_backward(g2, h, w, acts, state->saved, dx, dw, db);
+        dispatch::Grads grads{dx.defined() && x_shape.size() != 2 ? dx.view(x_shape) : dx};
+        for (int64_t i = 0; i < layers; ++i) {
+          grads.push_back(dw[i]);
+          grads.push_back(db[i]);
+        }
+        return grads;
+      },
+      activations.back() == Activation::ReLU ? dispatch::Save::Both : dispatch::Save::Inputs);
+}
+
+}  // namespace halfgrad

@@ -1,0 +1,149 @@
+#pragma once
+// Per-element math shared by the CPU backend and the CUDA kernels: every
+// functor is HG_HOST_DEVICE and works on the compute type (float for the half
+// types, double for float64, int64 for int64), so the CPU tests check the
+// same arithmetic that runs on the GPU.
+#include <cmath>
+#include <cstdint>
+
+#include <halfgrad/core/macros.h>
+#include <halfgrad/ops/kernels.h>
+
+namespace halfgrad::math {
+
+// Overloads with one spelling for float and double on host and device.
+#define HG_MATH_FN(name, f32, f64)                  \
+  HG_INLINE float name(float x) { return f32(x); }  \
+  HG_INLINE double name(double x) { return f64(x); }
+HG_MATH_FN(exp_, expf, ::exp)
+HG_MATH_FN(log_, logf, ::log)
+HG_MATH_FN(sqrt_, sqrtf, ::sqrt)
+HG_MATH_FN(tanh_, tanhf, ::tanh)
+HG_MATH_FN(erf_, erff, ::erf)
+HG_MATH_FN(fabs_, fabsf, ::fabs)
+#undef HG_MATH_FN
+HG_INLINE float pow_(float x, float y) { return powf(x, y); }
+HG_INLINE double pow_(double x, double y) { return ::pow(x, y); }
+HG_INLINE int64_t pow_(int64_t x, int64_t y) {
+  int64_t r = 1;
+  for (int64_t i = 0; i < y; ++i) r *= x;  // integer powers: small exponents only
+  return y < 0 ? 0 : r;
+}
+
+template <typename T> HG_INLINE bool isnan_(T x) { return x != x; }
+
+// Exact GELU (PyTorch's default, approximate='none'): x * Phi(x).
+template <typename T> HG_INLINE T gelu(T x) {
+  return T(0.5) * x * (T(1) + erf_(x * T(0.70710678118654752440)));
+}
+template <typename T> HG_INLINE T gelu_grad(T x) {
+  const T cdf = T(0.5) * (T(1) + erf_(x * T(0.70710678118654752440)));
+  const T pdf = exp_(T(-0.5) * x * x) * T(0.39894228040143267794);
+  return cdf + x * pdf;
+}
+// PyTorch's gelu(approximate='tanh'), written as its CPU kernel writes it so
+// the CPU, our CUDA kernels and the GEMM layer's fallback passes round alike.
+// (cuBLASLt's fused GELU epilogues compute the same formula their own way.)
+constexpr double kGeluTanhBeta = 0.79788456080286535588;  // sqrt(2 / pi)
+constexpr double kGeluTanhKappa = 0.044715;
+template <typename T> HG_INLINE T gelu_tanh(T x) {
+  const T inner = T(kGeluTanhBeta) * (x + T(kGeluTanhKappa) * (x * x * x));
+  return T(0.5) * x * (T(1) + tanh_(inner));
+}
+// d gelu_tanh / dx: PyTorch's GeluBackward, tanh branch.
+template <typename T> HG_INLINE T gelu_tanh_grad(T x) {
+  const T x_sq = x * x;
+  const T inner = T(kGeluTanhBeta) * (x + T(kGeluTanhKappa) * (x_sq * x));
+  const T t = tanh_(inner);
+  const T left_derivative = T(0.5) * (T(1) + t);
+  const T inner_derivative = T(kGeluTanhBeta) * (T(1) + T(3) * T(kGeluTanhKappa) * x_sq);
+  return left_derivative + T(0.5) * x * (T(1) - t * t) * inner_derivative;
+}
+template <typename T> HG_INLINE T sigmoid(T x) { return T(1) / (T(1) + exp_(-x)); }
+
+// The per-element functions, one instantiation per op (a compile-time op, so
+// the loops the backends wrap around them vectorise without a switch inside).
+template <kernels::UnaryOp Op, typename T>
+HG_INLINE T unary_fn(T x, T a, T b) {
+  using kernels::UnaryOp;
+  if constexpr (Op == UnaryOp::Neg) return -x;
+  else if constexpr (Op == UnaryOp::Abs) return x < T(0) ? -x : x;
+  else if constexpr (Op == UnaryOp::Relu) return x > T(0) ? x : (isnan_(x) ? x : T(0));
+  else if constexpr (Op == UnaryOp::Sign) return T((x > T(0)) - (x < T(0)));
+  else if constexpr (Op == UnaryOp::Clamp) {
+    if (isnan_(x)) return x;
+    T y = x;
+    if (!isnan_(a) && y < a) y = a;  // NaN bounds mean "no bound"
+    if (!isnan_(b) && y > b) y = b;
+    return y;
+  } else if constexpr (Op == UnaryOp::PowScalar) return pow_(x, a);
+  else if constexpr (Op == UnaryOp::Exp) return exp_(x);
+  else if constexpr (Op == UnaryOp::Log) return log_(x);
+  else if constexpr (Op == UnaryOp::Sqrt) return sqrt_(x);
+  else if constexpr (Op == UnaryOp::Gelu) return gelu(x);
+  else if constexpr (Op == UnaryOp::GeluGrad) return gelu_grad(x);
+  else if constexpr (Op == UnaryOp::GeluTanh) return gelu_tanh(x);
+  else if constexpr (Op == UnaryOp::GeluTanhGrad) return gelu_tanh_grad(x);
+  else if constexpr (Op == UnaryOp::Sigmoid) return sigmoid(x);
+  else if constexpr (Op == UnaryOp::Tanh) return tanh_(x);
+  else return x;
+}
+
+template <kernels::BinaryOp Op, typename T>
+HG_INLINE T binary_fn(T x, T y, T alpha) {
+  using kernels::BinaryOp;
+  if constexpr (Op == BinaryOp::Add) return x + alpha * y;
+  else if constexpr (Op == BinaryOp::Sub) return x - alpha * y;
+  else if constexpr (Op == BinaryOp::Mul) return x * y;
+  else if constexpr (Op == BinaryOp::Div) return x / y;  // integers never get here: div promotes to float
+  else if constexpr (Op == BinaryOp::Pow) return pow_(x, y);
+  else if constexpr (Op == BinaryOp::Maximum) return (isnan_(x) || x > y) ? x : y;
+  else if constexpr (Op == BinaryOp::Minimum) return (isnan_(x) || x < y) ? x : y;
+  else if constexpr (Op == BinaryOp::ReluBackward) return y > T(0) ? x : T(0);  // PyTorch's threshold_backward
+  else return T(0);
+}
+
+template <kernels::BinaryOp Op, typename T>
+HG_INLINE bool compare_fn(T x, T y) {
+  using kernels::BinaryOp;
+  if constexpr (Op == BinaryOp::Eq) return x == y;
+  else if constexpr (Op == BinaryOp::Ne) return x != y;
+  else if constexpr (Op == BinaryOp::Lt) return x < y;
+  else if constexpr (Op == BinaryOp::Le) return x <= y;
+  else if constexpr (Op == BinaryOp::Gt) return x > y;
+  else return x >= y;
+}
+
+// Which ops are defined for integer tensors (the rest need floats).
+constexpr bool unary_supports_int(kernels::UnaryOp op) {
+  using kernels::UnaryOp;
+  return op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Relu || op == UnaryOp::Sign ||
+         op == UnaryOp::Clamp || op == UnaryOp::PowScalar;
+}
+
+}  // namespace halfgrad::math
+
+// HG_UNARY_OP_SWITCH(op, F): call F.template operator()<UnaryOp::X>() for the runtime op.
+#define HG_UNARY_CASE(X, F) case ::halfgrad::kernels::UnaryOp::X: return F.template operator()<::halfgrad::kernels::UnaryOp::X>();
+#define HG_UNARY_OP_SWITCH(op, F)                                                                        \
+  switch (op) {                                                                                        \
+    HG_UNARY_CASE(Neg, F) HG_UNARY_CASE(Exp, F) HG_UNARY_CASE(Log, F) HG_UNARY_CASE(Sqrt, F)          \
+    HG_UNARY_CASE(Abs, F) HG_UNARY_CASE(Relu, F) HG_UNARY_CASE(Gelu, F) HG_UNARY_CASE(Sigmoid, F)     \
+    HG_UNARY_CASE(Tanh, F) HG_UNARY_CASE(Clamp, F) HG_UNARY_CASE(PowScalar, F)                        \
+    HG_UNARY_CASE(GeluGrad, F) HG_UNARY_CASE(Sign, F) HG_UNARY_CASE(GeluTanh, F)                      \
+    HG_UNARY_CASE(GeluTanhGrad, F)                                                                     \
+  }
+#define HG_BINARY_CASE(X, F) case ::halfgrad::kernels::BinaryOp::X: return F.template operator()<::halfgrad::kernels::BinaryOp::X>();
+#define HG_ARITH_OP_SWITCH(op, F)                                                                        \
+  switch (op) {                                                                                        \
+    HG_BINARY_CASE(Add, F) HG_BINARY_CASE(Sub, F) HG_BINARY_CASE(Mul, F) HG_BINARY_CASE(Div, F)       \
+    HG_BINARY_CASE(Pow, F) HG_BINARY_CASE(Maximum, F) HG_BINARY_CASE(Minimum, F)                      \
+    HG_BINARY_CASE(ReluBackward, F)                                                                    \
+    default: break;                                                                                    \
+  }
+#define HG_COMPARE_OP_SWITCH(op, F)                                                                      \
+  switch (op) {                                                                                        \
+    HG_BINARY_CASE(Eq, F) HG_BINARY_CASE(Ne, F) HG_BINARY_CASE(Lt, F) HG_BINARY_CASE(Le, F)           \
+    HG_BINARY_CASE(Gt, F) HG_BINARY_CASE(Ge, F)                                                       \
+    default: break;                                                                                    \
+  }

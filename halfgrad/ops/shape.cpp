@@ -1,0 +1,330 @@
+// Views, copies, casts and joins. Views alias their input's storage; their
+// backward formulas put the gradient back into the input's shape.
+#include <numeric>
+
+#include <halfgrad/core/alias.h>
+#include <halfgrad/autograd/grad_mode.h>
+#include <halfgrad/ops/dispatch.h>
+#include <halfgrad/ops/kernels.h>
+#include <halfgrad/ops/ops.h>
+#include <halfgrad/ops/util.h>
+
+namespace halfgrad {
+
+using dispatch::Grads;
+using dispatch::Save;
+using dispatch::Saved;
+
+namespace {
+// A differentiable view: forward aliases `self` with new geometry.
+Tensor make_view(std::string_view op, const Tensor& self, Shape shape, Shape strides, int64_t offset,
+                 dispatch::Backward backward) {
+  return dispatch::call(
+      op, {self}, [&](const std::vector<Tensor>& in) { return alias_with(in[0], shape, strides, offset); },
+      std::move(backward), Save::Nothing);
+}
+}  // namespace
+
+Tensor Tensor::view(const Shape& new_shape) const {
+  Shape shape = new_shape;
+  int64_t infer = -1, known = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      HG_CHECK(infer < 0, "view: only one dimension can be -1, got {}", shape_str(new_shape));
+      infer = static_cast<int64_t>(i);
+    } else {
+      HG_CHECK(shape[i] >= 0, "view: invalid shape {}", shape_str(new_shape));
+      known *= shape[i];
+    }
+  }
+  if (infer >= 0) {
+    HG_CHECK(known != 0 && numel() % known == 0, "view: shape {} is invalid for {} ({} elements)",
+             shape_str(new_shape), describe(), numel());
+    shape[infer] = numel() / known;
+  }
+  HG_CHECK(shape_numel(shape) == numel(), "view: shape {} is invalid for {} ({} elements)", shape_str(new_shape),
+           describe(), numel());
+  HG_CHECK(is_contiguous(),
+           "view: {} is not contiguous, so it cannot be viewed as {}. Use reshape(), which copies when it must.",
+           describe(), shape_str(new_shape));
+  Shape in_shape = this->shape();
+  return make_view("view", *this, shape, contiguous_strides(shape), offset(),
+                   [in_shape](const Saved&, const Tensor& g) -> Grads { return {g.reshape(in_shape)}; });
+}
+
+Tensor Tensor::reshape(const Shape& shape) const { return is_contiguous() ? view(shape) : contiguous().view(shape); }
+
+Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
+  if (dim() == 0) return reshape({1});
+  const int64_t s = ops::wrap_dim("flatten", start_dim, dim()), e = ops::wrap_dim("flatten", end_dim, dim());
+  HG_CHECK(s <= e, "flatten: start_dim {} is after end_dim {}", start_dim, end_dim);
+  Shape out(shape().begin(), shape().begin() + s);
+  int64_t n = 1;
+  for (int64_t d = s; d <= e; ++d) n *= shape()[d];
+  out.push_back(n);
+  out.insert(out.end(), shape().begin() + e + 1, shape().end());
+  return reshape(out);
+}
+
+Tensor Tensor::permute(const Shape& dims) const {
+  HG_CHECK(static_cast<int64_t>(dims.size()) == dim(), "permute: {} dims given for {}", dims.size(), describe());
+  Shape shape(dims.size()), strides(dims.size()), inverse(dims.size());
+  std::vector<bool> used(dims.size(), false);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    const int64_t d = ops::wrap_dim("permute", dims[i], dim());
+    HG_CHECK(!used[d], "permute: dimension {} repeated in {}", d, shape_str(dims));
+    used[d] = true;
+    shape[i] = this->shape()[d];
+    strides[i] = this->strides()[d];
+    inverse[d] = static_cast<int64_t>(i);
+  }
+  return make_view("permute", *this, shape, strides, offset(),
+                   [inverse](const Saved&, const Tensor& g) -> Grads { return {g.permute(inverse)}; });
+}
+
+Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
+  if (dim() < 2 && (d0 == 0 || d0 == -1) && (d1 == 0 || d1 == -1)) return *this;
+  Shape dims(dim());
+  std::iota(dims.begin(), dims.end(), 0);
+  std::swap(dims[ops::wrap_dim("transpose", d0, dim())], dims[ops::wrap_dim("transpose", d1, dim())]);
+  return permute(dims);
+}
+
+Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
+  HG_CHECK(dim() > 0, "narrow: cannot narrow a 0-d tensor ({})", describe());
+  d = ops::wrap_dim("narrow", d, dim());
+  const int64_t n = shape()[d];
+  if (start < 0) start += n;
+  HG_CHECK(start >= 0 && length >= 0 && start + length <= n,
+           "narrow: range [{}, {}) is outside dimension {} of size {} in {}", start, start + length, d, n,
+           describe());
+  Shape shape = this->shape();
+  shape[d] = length;
+  Shape in_shape = this->shape();
+  return make_view("narrow", *this, shape, strides(), offset() + start * strides()[d],
+                   [in_shape, d, start, length](const Saved&, const Tensor& g) -> Grads {
+                     Tensor full = zeros(in_shape, g.options());
+                     kernels::copy(full.narrow(d, start, length), g);
+                     return {full};
+                   });
+}
+
+Tensor Tensor::select(int64_t d, int64_t index) const {
+  HG_CHECK(dim() > 0, "select: cannot index a 0-d tensor ({}); use item() to read its value", describe());
+  d = ops::wrap_dim("select", d, dim());
+  if (index < 0) index += shape()[d];
+  HG_CHECK(index >= 0 && index < shape()[d], "select: index {} is out of range for dimension {} of {}", index, d,
+           describe());
+  return narrow(d, index, 1).squeeze(d);
+}
+
+Tensor Tensor::unsqueeze(int64_t d) const {
+  d = ops::wrap_dim("unsqueeze", d, dim() + 1);
+  Shape shape = this->shape(), strides = this->strides();
+  const int64_t st = d < dim() ? strides[d] * shape[d] : 1;
+  shape.insert(shape.begin() + d, 1);
+  strides.insert(strides.begin() + d, st);
+  Shape in_shape = this->shape();
+  return make_view("unsqueeze", *this, shape, strides, offset(),
+                   [in_shape](const Saved&, const Tensor& g) -> Grads { return {g.reshape(in_shape)}; });
+}
+
+Tensor Tensor::squeeze(int64_t d) const {
+  if (dim() == 0) return *this;
+  d = ops::wrap_dim("squeeze", d, dim());
+  if (shape()[d] != 1) return *this;
+  Shape shape = this->shape(), strides = this->strides();
+  shape.erase(shape.begin() + d);
+  strides.erase(strides.begin() + d);
+  Shape in_shape = this->shape();
+  return make_view("squeeze", *this, shape, strides, offset(),
+                   [in_shape](const Saved&, const Tensor& g) -> Grads { return {g.reshape(in_shape)}; });
+}
+
+Tensor Tensor::squeeze() const {
+  Shape shape, strides;
+  for (int64_t i = 0; i < dim(); ++i)
+    if (this->shape()[i] != 1) {
+      shape.push_back(this->shape()[i]);
+      strides.push_back(this->strides()[i]);
+    }
+  Shape in_shape = this->shape();
+  return make_view("squeeze", *this, shape, strides, offset(),
+                   [in_shape](const Saved&, const Tensor& g) -> Grads { return {g.reshape(in_shape)}; });
+}
+
+Tensor Tensor::expand(const Shape& shape) const {
+  HG_CHECK(shape.size() >= this->shape().size(), "expand: cannot expand {} to fewer dimensions {}", describe(),
+           shape_str(shape));
+  Shape target = shape;
+  const size_t lead = shape.size() - this->shape().size();
+  for (size_t i = 0; i < this->shape().size(); ++i) {
+    if (target[lead + i] == -1) target[lead + i] = this->shape()[i];
+    HG_CHECK(this->shape()[i] == target[lead + i] || this->shape()[i] == 1,
+             "expand: {} cannot be expanded to {} (dimension {} is {}, not 1)", describe(), shape_str(shape), i,
+             this->shape()[i]);
+  }
+  Tensor v = ops::broadcast_to(*this, target);
+  Shape in_shape = this->shape();
+  return make_view("expand", *this, target, v.strides(), offset(),
+                   [in_shape](const Saved&, const Tensor& g) -> Grads { return {sum_to(g, in_shape)}; });
+}
+
+// ---- copies and casts --------------------------------------------------------
+Tensor Tensor::clone() const {
+  return dispatch::call(
+      "clone", {*this},
+      [](const std::vector<Tensor>& in) {
+        Tensor out = make_tensor(in[0].shape(), in[0].options());
+        kernels::copy(out, in[0]);
+        return out;
+      },
+      [](const Saved&, const Tensor& g) -> Grads { return {g}; }, Save::Nothing);
+}
+
+Tensor Tensor::contiguous() const {
+  if (is_contiguous()) return *this;
+  return dispatch::call(
+      "contiguous", {*this},
+      [](const std::vector<Tensor>& in) {
+        Tensor out = make_tensor(in[0].shape(), in[0].options());
+        kernels::copy(out, in[0]);
+        return out;
+      },
+      [](const Saved&, const Tensor& g) -> Grads { return {g}; }, Save::Nothing);
+}
+
+// The cast op. Under autocast these are the casts the policy inserts; their
+// backward turns a float16 gradient back into the input's dtype (float32 for
+// master weights).
+Tensor Tensor::to(DType dtype) const {
+  if (dtype == this->dtype()) return *this;
+  const DType from = this->dtype();
+  return dispatch::call(
+      "to", {*this},
+      [dtype](const std::vector<Tensor>& in) {
+        Tensor out = make_tensor(in[0].shape(), TensorOptions(dtype, in[0].device()));
+        kernels::copy(out, in[0]);
+        return out;
+      },
+      [from](const Saved&, const Tensor& g) -> Grads { return {g.to(from)}; }, Save::Nothing);
+}
+
+Tensor Tensor::to(Device device) const {
+  if (device == this->device()) return *this;
+  const Device from = this->device();
+  return dispatch::call(
+      "to_device", {*this},
+      [device](const std::vector<Tensor>& in) {
+        // checks above run per-op; a cross-device copy is this op's purpose
+        Tensor out = make_tensor(in[0].shape(), TensorOptions(in[0].dtype(), device));
+        kernels::copy(out, in[0]);
+        return out;
+      },
+      [from](const Saved&, const Tensor& g) -> Grads { return {g.to(from)}; }, Save::Nothing);
+}
+
+// Cast on the CPU side of a move (the host has every cast kernel).
+Tensor Tensor::to(Device device, DType dtype) const {
+  return this->device().is_cpu() ? to(dtype).to(device) : to(device).to(dtype);
+}
+
+// ---- in-place ------------------------------------------------------------------
+Tensor& Tensor::zero_() { return fill_(0.0); }
+
+Tensor& Tensor::fill_(double value) {
+  dispatch::inplace("fill", *this, {}, [&] { kernels::fill(*this, value); });
+  return *this;
+}
+
+Tensor& Tensor::copy_(const Tensor& src) {
+  Tensor s = ops::broadcast_to(src, ops::broadcast_shapes("copy_", shape(), src.shape()));
+  HG_CHECK(s.shape() == shape(), "copy_: source {} cannot be broadcast to {}", src.describe(), describe());
+  // copy_ is the one in-place op that may cross devices.
+  HG_CHECK(!autograd::grad_enabled() || !requires_grad(),
+           "copy_: a tensor that requires grad ({}) cannot be changed in place while grad mode is on. Wrap the "
+           "update in `halfgrad::no_grad guard;`.",
+           describe());
+  kernels::copy(*this, s);
+  bump_version();
+  return *this;
+}
+
+Tensor& Tensor::add_(const Tensor& other, double alpha) {
+  Tensor o = other.dtype() == dtype() ? other : other.to(dtype());
+  dispatch::inplace("add", *this, {o}, [&] {
+    kernels::binary(kernels::BinaryOp::Add, *this, ops::broadcast_to(o, shape()), *this, alpha);
+  });
+  return *this;
+}
+
+Tensor& Tensor::mul_(const Tensor& other) {
+  Tensor o = other.dtype() == dtype() ? other : other.to(dtype());
+  dispatch::inplace("mul", *this, {o},
+                    [&] { kernels::binary(kernels::BinaryOp::Mul, *this, ops::broadcast_to(o, shape()), *this); });
+  return *this;
+}
+
+Tensor& Tensor::mul_(double value) { return mul_(ops::scalar_tensor(value, dtype(), device())); }
+
+// ---- joins ---------------------------------------------------------------------
+// cat promotes inside its forward, after the autocast step (which, under
+// autocast, has already brought the inputs to one dtype by its policy).
+Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
+  HG_CHECK(!tensors.empty(), "cat: expected a non-empty list of tensors");
+  const Tensor& first = tensors[0];
+  for (const auto& t : tensors)
+    HG_CHECK(t.dim() > 0, "cat: zero-dimensional tensor {} cannot be concatenated; unsqueeze(0) it or use stack",
+             t.describe());
+  dim = ops::wrap_dim("cat", dim, first.dim());
+  for (const auto& t : tensors) {
+    HG_CHECK(t.dim() == first.dim(), "cat: all tensors need the same number of dims: {} and {}", first.describe(),
+             t.describe());
+    for (int64_t d = 0; d < t.dim(); ++d)
+      HG_CHECK(d == dim || t.shape()[d] == first.shape()[d],
+               "cat: sizes must match except in dimension {}: {} and {}", dim, first.describe(), t.describe());
+  }
+  std::vector<int64_t> sizes;
+  for (const auto& t : tensors) sizes.push_back(t.shape()[dim]);
+  return dispatch::call(
+      "cat", tensors,
+      [dim](const std::vector<Tensor>& in) {
+        DType dtype = in[0].dtype();
+        for (const auto& t : in) dtype = promote_types(dtype, t.dtype());
+        Shape shape = in[0].shape();
+        shape[dim] = 0;
+        for (const auto& t : in) shape[dim] += t.shape()[dim];
+        Tensor out = make_tensor(shape, TensorOptions(dtype, in[0].device()));
+        int64_t off = 0;
+        for (const auto& t : in) {
+          kernels::copy(out.narrow(dim, off, t.shape()[dim]), t);  // copy converts dtypes
+          off += t.shape()[dim];
+        }
+        return out;
+      },
+      [dim, sizes](const Saved&, const Tensor& g) -> Grads {
+        Grads grads;  // the engine casts each to its input's dtype
+        int64_t off = 0;
+        for (int64_t n : sizes) {
+          grads.push_back(g.narrow(dim, off, n));
+          off += n;
+        }
+        return grads;
+      },
+      Save::Nothing);
+}
+
+Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
+  HG_CHECK(!tensors.empty(), "stack: expected a non-empty list of tensors");
+  for (const auto& t : tensors)
+    HG_CHECK(t.shape() == tensors[0].shape(), "stack: all tensors need the same shape: {} and {}",
+             tensors[0].describe(), t.describe());
+  return dispatch::composite("stack", tensors, [dim](const std::vector<Tensor>& in) {
+    const int64_t d = ops::wrap_dim("stack", dim, in[0].dim() + 1);
+    std::vector<Tensor> parts;
+    for (const auto& t : in) parts.push_back(t.unsqueeze(d));
+    return cat(parts, d);
+  });
+}
+
+}  // namespace halfgrad

@@ -1,0 +1,84 @@
+#include <halfgrad/core/alias.h>
+#include <halfgrad/ops/util.h>
+
+#include <algorithm>
+
+#include <halfgrad/ops/kernels.h>
+
+namespace halfgrad::ops {
+
+int64_t wrap_dim(std::string_view op, int64_t dim, int64_t ndim) {
+  const int64_t n = std::max<int64_t>(ndim, 1);
+  HG_CHECK(dim >= -n && dim < n, "{}: dimension {} is out of range for a tensor with {} dims (expected {} to {})", op,
+           dim, ndim, -n, n - 1);
+  return dim < 0 ? dim + n : dim;
+}
+
+std::vector<int64_t> normalize_dims(std::string_view op, const Shape& dims, int64_t ndim) {
+  std::vector<int64_t> out;
+  if (dims.empty()) {
+    for (int64_t d = 0; d < ndim; ++d) out.push_back(d);
+    return out;
+  }
+  for (int64_t d : dims) out.push_back(wrap_dim(op, d, ndim));
+  std::sort(out.begin(), out.end());
+  HG_CHECK(std::adjacent_find(out.begin(), out.end()) == out.end(), "{}: a dimension appears twice in {}", op,
+           shape_str(dims));
+  if (ndim == 0) out.clear();
+  return out;
+}
+
+Shape broadcast_shapes(std::string_view op, const Shape& a, const Shape& b) {
+  const size_t n = std::max(a.size(), b.size());
+  Shape out(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    const int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    HG_CHECK(da == db || da == 1 || db == 1,
+             "{}: shapes {} and {} cannot be broadcast together (dimension {}: {} vs {})", op, shape_str(a),
+             shape_str(b), i, da, db);
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+Tensor broadcast_to(const Tensor& t, const Shape& shape) {
+  if (t.shape() == shape) return t;
+  const size_t lead = shape.size() - t.shape().size();
+  Shape strides(shape.size(), 0);
+  for (size_t i = 0; i < t.shape().size(); ++i)
+    strides[lead + i] = t.shape()[i] == 1 && shape[lead + i] != 1 ? 0 : t.strides()[i];
+  return alias_with(t, shape, strides, t.offset());
+}
+
+Tensor scalar_tensor(double value, DType dtype, Device device) {
+  Tensor t = make_tensor({}, TensorOptions(dtype, device));
+  kernels::fill(t, value);
+  return t;
+}
+
+void check_same_dtype(std::string_view op, const std::vector<Tensor>& inputs) {
+  const Tensor* first = nullptr;
+  for (const auto& t : inputs) {
+    if (!t.defined()) continue;
+    if (!first) {
+      first = &t;
+      continue;
+    }
+    HG_CHECK(t.dtype() == first->dtype(),
+             "{}: expected all inputs to have the same dtype, but got {} and {}. Cast one of them first (e.g. "
+             "x.to(float32)), or run the op inside `amp::autocast`, which casts the inputs of {} for you.",
+             op, first->describe(), t.describe(), op);
+  }
+}
+
+// A view whose innermost stride is 1 or whose row stride is 1 (what the GEMM
+// takes without copying); anything else is made contiguous first.
+Tensor gemm_operand(const Tensor& t) {
+  const int64_t n = t.dim();
+  const bool rows_ok = t.strides()[n - 1] == 1 || t.shape()[n - 1] == 1;
+  const bool cols_ok = t.strides()[n - 2] == 1 || t.shape()[n - 2] == 1;
+  return rows_ok || cols_ok ? t : t.contiguous();
+}
+
+}  // namespace halfgrad::ops

@@ -1,0 +1,26 @@
+#pragma once
+// Small helpers shared by the op files: dims, broadcasting, scalar operands.
+#include <string_view>
+
+#include <halfgrad/core/tensor.h>
+
+namespace halfgrad::ops {
+
+// Wrap a possibly negative dim into [0, ndim).
+int64_t wrap_dim(std::string_view op, int64_t dim, int64_t ndim);
+// Sorted unique non-negative dims; empty input means all dims.
+std::vector<int64_t> normalize_dims(std::string_view op, const Shape& dims, int64_t ndim);
+// PyTorch broadcasting of two shapes, or an Error naming the op and both shapes.
+Shape broadcast_shapes(std::string_view op, const Shape& a, const Shape& b);
+// A stride-0 view of `t` with `shape` (no autograd; for use inside kernels' callers).
+Tensor broadcast_to(const Tensor& t, const Shape& shape);
+// A 0-d tensor holding `value`, in `dtype` on `device`.
+Tensor scalar_tensor(double value, DType dtype, Device device);
+// The one-dtype rule for ops like matmul and linear: all floating inputs must
+// share a dtype outside autocast. The message names the op and suggests autocast.
+void check_same_dtype(std::string_view op, const std::vector<Tensor>& inputs);
+// `t` if the GEMM takes it without a copy (its innermost or its row stride is 1),
+// else a contiguous copy.
+Tensor gemm_operand(const Tensor& t);
+
+}  // namespace halfgrad::ops

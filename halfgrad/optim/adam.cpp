@@ -1,0 +1,165 @@
+#include <halfgrad/optim/adam.h>
+
+#include <cmath>
+
+#include <halfgrad/ops/ops.h>
+#include <halfgrad/optim/fused_cpu.h>
+#if HALFGRAD_WITH_CUDA
+#include <halfgrad/optim/cuda/fused_optim_cuda.h>
+#endif
+
+namespace halfgrad::optim {
+
+namespace {
+
+struct AdamHyper {
+  double lr, beta1, beta2, eps, weight_decay;
+  bool amsgrad, decoupled;
+};
+
+void check(const char* name, double lr, const std::array<double, 2>& betas, double eps, double weight_decay) {
+  HG_CHECK(lr >= 0.0, "{}: invalid learning rate {} (must be >= 0)", name, lr);
+  HG_CHECK(eps >= 0.0, "{}: invalid eps {} (must be >= 0)", name, eps);
+  HG_CHECK(betas[0] >= 0.0 && betas[0] < 1.0, "{}: invalid beta1 {} (must be in [0, 1))", name, betas[0]);
+  HG_CHECK(betas[1] >= 0.0 && betas[1] < 1.0, "{}: invalid beta2 {} (must be in [0, 1))", name, betas[1]);
+  HG_CHECK(weight_decay >= 0.0, "{}: invalid weight_decay {} (must be >= 0)", name, weight_decay);
+}
+
+// The per-element constants, all but the step-dependent two
+// (math::adam_bias_corrections fills those in).
+math::AdamHyper element_hyper(const AdamHyper& h) {
+  return {static_cast<float>(h.beta1), static_cast<float>(1.0 - h.beta1), static_cast<float>(h.beta2),
+          static_cast<float>(1.0 - h.beta2), static_cast<float>(h.eps), static_cast<float>(h.weight_decay),
+          static_cast<float>(1.0 - h.lr * h.weight_decay), 0.0f, 0.0f, h.amsgrad, h.decoupled};
+}
+
+// The state follows a parameter that moved (Module::to) after its first
+// step, and the step count goes where the path that updates it counts it:
+// the device for the fused CUDA path, the host otherwise. Each hand-over is
+// a copy (from the device: a wait for the GPU), once, not per step.
+void follow_param(AdamState& s, const Tensor& p, bool device_path) {
+  if (!device_path && s.device_step.defined()) {
+    s.step = s.step_count();
+    s.device_step = Tensor();
+  }
+  if (!s.exp_avg.defined()) return;
+  for (Tensor* t : {&s.exp_avg, &s.exp_avg_sq, &s.max_exp_avg_sq})
+    if (t->defined() && (t->device() != p.device() || t->dtype() != p.dtype())) *t = t->to(p.device(), p.dtype());
+  if (!device_path) return;
+  if (!s.device_step.defined()) {
+    s.device_step = full({}, static_cast<double>(s.step), TensorOptions(DType::Float32, p.device()));
+    s.step = 0;  // one count, kept where it is advanced
+  } else if (s.device_step.device() != p.device()) {
+    s.device_step = s.device_step.to(p.device());  // cuda:0 -> cuda:1
+  }
+}
+
+// The one Adam/AdamW update; see adam.h for the formulas.
+void adam_update(Tensor& p, Tensor& grad, AdamState& s, const AdamHyper& h, const Tensor& inv_scale) {
+  follow_param(s, p, /*device_path=*/false);
+  if (!s.exp_avg.defined()) {
+    s.exp_avg = zeros_like(p);
+    s.exp_avg_sq = zeros_like(p);
+    if (h.amsgrad) s.max_exp_avg_sq = zeros_like(p);
+  }
+  ++s.step;
+  const double t = static_cast<double>(s.step);
+  if (fused::applies({&p, &grad, &s.exp_avg, &s.exp_avg_sq, &s.max_exp_avg_sq})) {
+    // one pass: unscale, weight decay, both moments, update
+    math::AdamHyper mh = element_hyper(h);
+    math::adam_bias_corrections(mh, h.lr, h.beta1, h.beta2, t);
+    fused::adam(p, grad, s.exp_avg, s.exp_avg_sq, s.max_exp_avg_sq, fused::inv_scale_value(inv_scale), mh);
+    return;
+  }
+  // Any other dtype, layout or device: the same formulas as tensor ops.
+  if (inv_scale.defined()) grad.mul_(inv_scale);
+  Tensor g = grad;
+  if (h.weight_decay != 0.0) {
+    if (h.decoupled) p.mul_(1.0 - h.lr * h.weight_decay);
+    else g = add(grad, p, h.weight_decay);
+  }
+  s.exp_avg.mul_(h.beta1).add_(g, 1.0 - h.beta1);
+  s.exp_avg_sq.mul_(h.beta2).add_(mul(g, g), 1.0 - h.beta2);
+
+  const double bias_correction1 = 1.0 - std::pow(h.beta1, t);
+  const double bias_correction2_sqrt = std::sqrt(1.0 - std::pow(h.beta2, t));
+  const double step_size = h.lr / bias_correction1;
+
+  Tensor v = s.exp_avg_sq;
+  if (h.amsgrad) {
+    s.max_exp_avg_sq.copy_(maximum(s.max_exp_avg_sq, s.exp_avg_sq));
+    v = s.max_exp_avg_sq;
+  }
+  // denom = sqrt(v) / sqrt(1 - beta2^t) + eps, built in one temporary
+  Tensor denom = sqrt(v);
+  denom.mul_(1.0 / bias_correction2_sqrt).add_(full({}, h.eps, denom.options()));
+  p.add_(div(s.exp_avg, denom), -step_size);
+}
+
+// The CUDA path: one fused launch for a group's float32 parameters; the step
+// count lives on the device (adam.h, AdamState::device_step).
+void adam_update_fused_device(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                              const std::vector<AdamState*>& states, const AdamHyper& h,
+                              const amp::ScalerStep& scaler) {
+#if HALFGRAD_WITH_CUDA
+  std::vector<Tensor> m, v, vmax, steps;
+  for (size_t i = 0; i < params.size(); ++i) {
+    AdamState& s = *states[i];
+    const Tensor& p = params[i];
+    follow_param(s, p, /*device_path=*/true);
+    if (!s.exp_avg.defined()) {
+      s.exp_avg = zeros_like(p);
+      s.exp_avg_sq = zeros_like(p);
+      s.device_step = zeros({}, TensorOptions(DType::Float32, p.device()));
+    }
+    if (h.amsgrad && !s.max_exp_avg_sq.defined()) s.max_exp_avg_sq = zeros_like(p);
+    m.push_back(s.exp_avg);
+    v.push_back(s.exp_avg_sq);
+    if (h.amsgrad) vmax.push_back(s.max_exp_avg_sq);
+    steps.push_back(s.device_step);
+  }
+  cuda_fused::adam(params, grads, m, v, vmax, steps, {element_hyper(h), h.lr, h.beta1, h.beta2}, scaler.found_inf,
+                   scaler.inv_scale);
+#else
+  (void)params, (void)grads, (void)states, (void)h, (void)scaler;
+  fail("{}.step: this halfgrad was built without CUDA", h.decoupled ? "AdamW" : "Adam");
+#endif
+}
+
+}  // namespace
+
+Adam::Adam(std::vector<Tensor> params, const AdamOptions& options) : OptimizerImpl("Adam", options) {
+  add_param_group(std::move(params));
+}
+
+void Adam::check_options(const AdamOptions& o) const { check("Adam", o.lr, o.betas, o.eps, o.weight_decay); }
+
+void Adam::update(Tensor& p, Tensor& grad, AdamState& state, const AdamOptions& o, const Tensor& inv_scale) {
+  adam_update(p, grad, state, {o.lr, o.betas[0], o.betas[1], o.eps, o.weight_decay, o.amsgrad, false}, inv_scale);
+}
+
+void Adam::update_fused_device(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                               const std::vector<AdamState*>& states, const AdamOptions& o,
+                               const amp::ScalerStep& scaler) {
+  adam_update_fused_device(params, grads, states,
+                           {o.lr, o.betas[0], o.betas[1], o.eps, o.weight_decay, o.amsgrad, false}, scaler);
+}
+
+AdamW::AdamW(std::vector<Tensor> params, const AdamWOptions& options) : OptimizerImpl("AdamW", options) {
+  add_param_group(std::move(params));
+}
+
+void AdamW::check_options(const AdamWOptions& o) const { check("AdamW", o.lr, o.betas, o.eps, o.weight_decay); }
+
+void AdamW::update(Tensor& p, Tensor& grad, AdamState& state, const AdamWOptions& o, const Tensor& inv_scale) {
+  adam_update(p, grad, state, {o.lr, o.betas[0], o.betas[1], o.eps, o.weight_decay, o.amsgrad, true}, inv_scale);
+}
+
+void AdamW::update_fused_device(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                                const std::vector<AdamState*>& states, const AdamWOptions& o,
+                                const amp::ScalerStep& scaler) {
+  adam_update_fused_device(params, grads, states,
+                           {o.lr, o.betas[0], o.betas[1], o.eps, o.weight_decay, o.amsgrad, true}, scaler);
+}
+
+}  // namespace halfgrad::optim

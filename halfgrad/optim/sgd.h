@@ -1,0 +1,44 @@
+#pragma once
+// SGD with momentum, dampening, weight decay and Nesterov momentum, with
+// PyTorch's formulas (torch.optim.SGD):
+//   d_p = g + weight_decay * p
+//   b   = d_p on the first step, else momentum * b + (1 - dampening) * d_p
+//   d_p = nesterov ? d_p + momentum * b : b        (when momentum != 0)
+//   p  -= lr * d_p
+//
+//   hg::optim::SGD optimizer(model.parameters(), {.lr = 0.01, .momentum = 0.9});
+#include <halfgrad/optim/optimizer.h>
+
+namespace halfgrad::optim {
+
+struct SGDOptions {
+  double lr = 1e-3;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+};
+
+struct SGDState {
+  Tensor momentum_buffer;  // undefined until the first step with momentum
+  // CUDA only: float32 scalar on the device counting the steps applied to the
+  // buffer. A skipped step is decided on the device, so only the device knows
+  // which applied step is the first (the one that starts the buffer as d_p).
+  Tensor device_step;
+};
+
+class SGD : public OptimizerImpl<SGDOptions, SGDState> {
+ public:
+  using Options = SGDOptions;
+  SGD(std::vector<Tensor> params, const SGDOptions& options);
+
+ protected:
+  void check_options(const SGDOptions& o) const override;
+  void update(Tensor& param, Tensor& grad, SGDState& state, const SGDOptions& o, const Tensor& inv_scale) override;
+  bool has_fused_device_update() const override { return true; }
+  void update_fused_device(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                           const std::vector<SGDState*>& states, const SGDOptions& o,
+                           const amp::ScalerStep& scaler) override;
+};
+
+}  // namespace halfgrad::optim
