@@ -1,6 +1,7 @@
 // The built-in rows: PyTorch's autocast lists (aten/src/ATen/autocast_mode.cpp),
 // for CUDA and for the CPU. Rows for ops halfgrad does not have yet stay here,
-// so this file is the whole table; ../shared/reference/pytorch-amp.md lists the sources.
+// so this file is the whole table; docs/amp.md ("What we match in PyTorch") lists
+// the sources and where we differ on purpose.
 #include <halfgrad/amp/policy.h>
 
 #include <fmt/format.h>
