@@ -8,6 +8,12 @@
 #define HG_HOST_DEVICE
 #define HG_INLINE inline
 #endif
+// #pragma unroll in code the host compiler also sees (g++ would warn).
+#if defined(__CUDA_ARCH__)
+#define HG_UNROLL _Pragma("unroll")
+#else
+#define HG_UNROLL
+#endif
 
 // CPU hot loops compiled for AVX-512, AVX2 and baseline x86-64; the loader
 // picks one per machine (GCC's function multi-versioning, an IFUNC). The

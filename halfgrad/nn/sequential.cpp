@@ -1,5 +1,7 @@
 #include <halfgrad/nn/sequential.h>
 
+#include <typeinfo>
+
 #include <halfgrad/nn/activation.h>
 #include <halfgrad/nn/linear.h>
 
@@ -14,16 +16,25 @@ void Sequential::append(Module* m, std::function<Tensor(const Tensor&)> step, st
 }
 
 namespace {
+// `m` as a T if it is exactly a T. Fusion reproduces what Linear, ReLU and
+// GELU compute; a subclass may compute something else in its own forward()
+// (which Sequential calls through steps_), so it is never fused.
+template <typename T>
+const T* exactly(const Module* m) {
+  return typeid(*m) == typeid(T) ? static_cast<const T*>(m) : nullptr;
+}
+
 // The activation module `m` is, as a fused op's Activation (None: not one).
 Activation activation_of(const Module* m) {
-  if (dynamic_cast<const ReLU*>(m)) return Activation::ReLU;
-  const auto* gelu = dynamic_cast<const GELU*>(m);
+  if (exactly<ReLU>(m)) return Activation::ReLU;
+  const auto* gelu = exactly<GELU>(m);
   if (!gelu) return Activation::None;
   return gelu->approximate == "tanh" ? Activation::GELUTanh : Activation::GELU;
 }
 }  // namespace
 
-// Runs of Linear layers are fused; the modules, their names and the state dict
+// Runs of Linear layers are fused (modules of exactly these types, not
+// subclasses); the modules, their names and the state dict
 // stay exactly as registered. A Linear followed by a ReLU, GELU() or
 // GELU("tanh") module (or built with that activation) is one op, one GEMM with
 // the bias and activation in its epilogue; two or more such layers in a row
@@ -37,7 +48,7 @@ Tensor Sequential::forward(const Tensor& x) const {
     std::vector<Activation> acts;
     size_t end = i;
     while (end < modules_.size()) {
-      const auto* lin = dynamic_cast<const Linear*>(modules_[end]);
+      const auto* lin = exactly<Linear>(modules_[end]);
       if (!lin) break;
       Activation act = lin->activation;
       ++end;

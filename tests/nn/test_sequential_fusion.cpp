@@ -144,3 +144,35 @@ TEST_CASE("Sequential ends a chain at a Linear without activation and takes Line
   auto& b1 = built.at<hg::nn::Linear>(1);
   CHECK(hg::max(hg::abs(hg::sub(built.forward(x), hg::relu(b1(b0(x)))))).item<float>() < 1e-6f);
 }
+
+namespace {
+// A Linear whose own forward scales its output: fusing it would drop the scaling.
+struct ScaledLinear : hg::nn::Linear {
+  using Linear::Linear;
+  hg::Tensor forward(const hg::Tensor& x) const { return hg::mul(Linear::forward(x), 100.0); }
+};
+// A ReLU subclass that is not a ReLU.
+struct LeakyishReLU : hg::nn::ReLU {
+  hg::Tensor forward(const hg::Tensor& x) const { return hg::add(hg::relu(x), hg::mul(x, 0.5)); }
+};
+}  // namespace
+
+TEST_CASE("Sequential never fuses a subclass of Linear, ReLU or GELU: its own forward runs", "[nn][fusion]") {
+  hg::manual_seed(3);
+  const hg::Tensor x = hg::randn({4, 5});
+  SECTION("a Linear subclass followed by ReLU") {
+    auto sub = std::make_shared<ScaledLinear>(5, 3);
+    hg::nn::Sequential model(sub, std::make_shared<hg::nn::ReLU>());
+    const hg::Tensor want = hg::relu(sub->forward(x));
+    CHECK(hg::max(hg::abs(hg::sub(model.forward(x), want))).item<float>() == 0.f);
+    CHECK(ops_run(model, x) == std::vector<std::string>{"linear", "mul", "relu"});
+  }
+  SECTION("a ReLU subclass between two Linear layers") {
+    auto l1 = std::make_shared<hg::nn::Linear>(5, 6);
+    auto act = std::make_shared<LeakyishReLU>();
+    auto l2 = std::make_shared<hg::nn::Linear>(6, 2);
+    hg::nn::Sequential model(l1, act, l2);
+    const hg::Tensor want = l2->forward(act->forward(l1->forward(x)));
+    CHECK(hg::max(hg::abs(hg::sub(model.forward(x), want))).item<float>() < 1e-6f);
+  }
+}

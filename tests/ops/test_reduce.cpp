@@ -4,6 +4,8 @@
 // max and argmax); half reductions accumulate in float32.
 #include <catch2/catch.hpp>
 
+#include <halfgrad/ops/cascade_sum.h>
+
 #include "test_util.h"
 
 using namespace halfgrad;
@@ -195,4 +197,83 @@ TEST_CASE("max and argmax over a non-empty dim of an empty tensor give an empty 
   REQUIRE_NOTHROW(a = argmax(ones({2, 0}), 0));
   CHECK(m.shape() == Shape{0});
   CHECK(a.shape() == Shape{0});
+}
+
+namespace {
+// max over columns of |got - ref| / |ref|, ref summed in float64.
+double column_rel_error(const Tensor& x, const Tensor& got) {
+  const Tensor xf = x.to(float64).contiguous(), gf = got.to(float64);
+  const int64_t rows = x.shape()[0], cols = x.shape()[1];
+  const double* p = xf.data<double>();
+  const double* g = gf.data<double>();
+  double worst = 0;
+  for (int64_t j = 0; j < cols; ++j) {
+    double s = 0;
+    for (int64_t i = 0; i < rows; ++i) s += p[i * cols + j];
+    worst = std::max(worst, std::abs(g[j] - s) / std::abs(s));
+  }
+  return worst;
+}
+}  // namespace
+
+TEST_CASE("float32 sums add pairwise: no saturation at 2^24, error O(log n)", "[ops][reduce][large]") {
+  SECTION("2^27 + 2^26 ones, over all elements and along a long row") {
+    // One running float32 sum stops counting at 2^24 = 16777216.
+    const int64_t n = (int64_t{1} << 27) + (int64_t{1} << 26);
+    const Tensor x = ones({n});
+    CHECK(sum(x).item<double>() == static_cast<double>(n));
+    CHECK(mean(x).item<double>() == 1.0);
+    CHECK(values(sum(x.view({2, n / 2}), {1})) == std::vector<double>{n / 2.0, n / 2.0});
+    CHECK(sum(ones({n}, bfloat16)).item<double>() == static_cast<double>(n));
+  }
+  SECTION("2^25 rows along the leading dim (the bias-gradient path)") {
+    const int64_t rows = int64_t{1} << 25;
+    CHECK(values(sum(ones({rows, 2}), {0})) == std::vector<double>{double(rows), double(rows)});
+    CHECK(values(mean(ones({rows, 2}), {0})) == std::vector<double>{1.0, 1.0});
+  }
+  SECTION("2e7 uniform values: relative error near float32's epsilon") {
+    manual_seed(7);
+    const Tensor x = rand({20000000});
+    const float* p = x.data<float>();
+    double ref = 0;
+    for (int64_t i = 0; i < x.numel(); ++i) ref += p[i];
+    const double err = std::abs(sum(x).item<double>() - ref) / ref;
+    INFO("relative error " << err << " (PyTorch 1.13: 2.7e-8; one running float: 1e-5)");
+    CHECK(err < 1.2e-7);
+  }
+  SECTION("[200000, 100].sum(0) and a permuted view") {
+    manual_seed(8);
+    const Tensor x = rand({200000, 100});
+    const double err = column_rel_error(x, sum(x, {0}));
+    INFO("worst column's relative error " << err << " (PyTorch 1.13: 2.7e-7)");
+    CHECK(err < 2.5e-7);
+    const Tensor xt = rand({100, 200000}).t();  // reduced dim innermost after packing: the row path
+    CHECK(column_rel_error(xt, sum(xt, {0})) < 2.5e-7);
+  }
+}
+
+TEST_CASE("CascadeSum, a CUDA thread's running sum: exact past 2^24, error O(log n)", "[ops][reduce]") {
+  kernels::CascadeSum<float> ones_sum;
+  const int64_t n = int64_t{1} << 25;
+  for (int64_t i = 0; i < n; ++i) ones_sum.add(1.0f);
+  CHECK(ones_sum.total() == static_cast<float>(n));  // a plain float stops at 2^24
+
+  manual_seed(9);
+  const Tensor x = rand({1000000});
+  const float* p = x.data<float>();
+  kernels::CascadeSum<float> s;
+  float plain = 0;
+  double ref = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    s.add(p[i]);
+    plain += p[i];
+    ref += p[i];
+  }
+  const double err = std::abs(s.total() - ref) / ref, plain_err = std::abs(plain - ref) / ref;
+  INFO("cascade " << err << ", one running float " << plain_err);
+  CHECK(err < 1e-7);
+  CHECK(err < plain_err / 10);
+  kernels::CascadeSum<int64_t> ints;
+  for (int64_t i = 1; i <= 1000; ++i) ints.add(i);
+  CHECK(ints.total() == 500500);
 }

@@ -1,6 +1,7 @@
 // CPU reductions, laid out by ops/reduce_plan.h: every output reduces one
 // contiguous block; a reduction over the leading dims of a contiguous tensor
 // (the bias gradient of Linear) instead accumulates whole rows, which vectorises.
+// Sums add pairwise (O(log n) roundings per element), in a fixed order.
 #include <algorithm>
 #include <vector>
 
@@ -23,18 +24,46 @@ bool is_nan(T x) {
   else return x != x;
 }
 
-// Reduce `n` contiguous elements.
+// Sums accumulate pairwise (as PyTorch's CPU cascade sum): a leaf of up to
+// kLeaf elements is added directly in 8 lanes (vectorised); longer runs split
+// in two on a leaf boundary and add the halves. Each element then passes
+// through O(log n) roundings, not O(n): a float32 sum of 2^27 ones is exact,
+// where one running float stops counting at 2^24.
+constexpr int64_t kLeaf = 128;
+// Rows longer than this are cut into blocks of it that are summed in
+// parallel, then the block sums pairwise: a fixed tree, so the result does
+// not depend on the number of threads.
+constexpr int64_t kBlock = 1 << 16;
+
 template <typename T>
-racc_t<T> block_sum(const T* p, int64_t n) {
+racc_t<T> leaf_sum(const T* p, int64_t n) {
   using A = racc_t<T>;
-  A lanes[8] = {};  // several partial sums: vectorises and loses less precision
+  A lanes[8] = {};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
     for (int k = 0; k < 8; ++k) lanes[k] += static_cast<A>(p[i + k]);
   A s = 0;
   for (; i < n; ++i) s += static_cast<A>(p[i]);
-  for (int k = 0; k < 8; ++k) s += lanes[k];
-  return s;
+  return s + (((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7])));
+}
+
+template <typename T>
+racc_t<T> pairwise_sum(const T* p, int64_t n) {
+  if (n <= kLeaf) return leaf_sum(p, n);
+  const int64_t half = (n / 2 + kLeaf - 1) / kLeaf * kLeaf;  // < n, as n > kLeaf
+  return pairwise_sum(p, half) + pairwise_sum(p + half, n - half);
+}
+
+// The sum of one contiguous row; `parallel`: its blocks on several threads.
+template <typename T>
+racc_t<T> row_sum(const T* p, int64_t n, bool parallel) {
+  using A = racc_t<T>;
+  if (n <= kBlock) return pairwise_sum(p, n);
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  std::vector<A> part(static_cast<size_t>(blocks));
+#pragma omp parallel for if (parallel)
+  for (int64_t b = 0; b < blocks; ++b) part[b] = pairwise_sum(p + b * kBlock, std::min(kBlock, n - b * kBlock));
+  return pairwise_sum(part.data(), blocks);
 }
 
 template <typename T>
@@ -60,11 +89,13 @@ void block_max(const T* p, int64_t n, racc_t<T>& best, int64_t& arg) {
 template <typename T>
 void reduce_inner(ReduceOp op, const T* in, int64_t outer, int64_t r, const Tensor& out) {
   using A = racc_t<T>;
-#pragma omp parallel for if (outer * r > 65536)
+  // A few long rows (a full sum): the threads share each row's blocks.
+  const bool split_rows = outer < 8 && r > kBlock && op != ReduceOp::Max && op != ReduceOp::ArgMax;
+#pragma omp parallel for if (!split_rows && outer * r > 65536)
   for (int64_t o = 0; o < outer; ++o) {
     const T* p = in + o * r;
     if (op == ReduceOp::Sum || op == ReduceOp::Mean) {
-      A s = block_sum(p, r);
+      A s = row_sum(p, r, split_rows);
       if (op == ReduceOp::Mean) s = s / static_cast<A>(r);
       static_cast<T*>(out.data_ptr())[o] = static_cast<T>(s);
     } else {
@@ -77,14 +108,55 @@ void reduce_inner(ReduceOp op, const T* in, int64_t outer, int64_t r, const Tens
   }
 }
 
-// Sum/mean over the leading dims: out[j] = sum_i in[i * inner + j].
+// Sum/mean over the leading dims: out[j] = sum_i in[i * inner + j], pairwise
+// over the rows as above. Work is cut into tasks of kCols adjacent columns by
+// kRowBlock rows (parallel); the block partials are then summed the same way.
+constexpr int64_t kLeafRows = 16;
+constexpr int64_t kRowBlock = 1024;
+constexpr int64_t kCols = 256;
+
+// acc[0, w) = column sums of rows [0, r) of `in` (row stride `ld`), pairwise;
+// `scratch` holds w values per level of the recursion (64 levels at most).
+template <typename T>
+void column_pairwise(const T* in, int64_t r, int64_t ld, int64_t w, racc_t<T>* acc, racc_t<T>* scratch) {
+  using A = racc_t<T>;
+  if (r <= kLeafRows) {
+    std::fill(acc, acc + w, A(0));
+    for (int64_t i = 0; i < r; ++i)
+      for (int64_t j = 0; j < w; ++j) acc[j] += static_cast<A>(in[i * ld + j]);
+    return;
+  }
+  const int64_t half = r / 2;
+  column_pairwise(in, half, ld, w, acc, scratch + w);
+  column_pairwise(in + half * ld, r - half, ld, w, scratch, scratch + w);
+  for (int64_t j = 0; j < w; ++j) acc[j] += scratch[j];
+}
+
+// acc[0, inner) = column sums of a [r, inner] block, kCols columns a task.
+template <typename T>
+void column_block(const T* in, int64_t r, int64_t inner, racc_t<T>* acc, bool parallel) {
+  const int64_t chunks = (inner + kCols - 1) / kCols;
+#pragma omp parallel for if (parallel && chunks > 1 && r * inner > 65536)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t w = std::min(kCols, inner - c * kCols);
+    std::vector<racc_t<T>> scratch(static_cast<size_t>(w * 64));
+    column_pairwise(in + c * kCols, r, inner, w, acc + c * kCols, scratch.data());
+  }
+}
+
 template <typename T>
 void reduce_outer(ReduceOp op, const T* in, int64_t r, int64_t inner, const Tensor& out) {
   using A = racc_t<T>;
-  std::vector<A> acc(inner, A(0));
-  for (int64_t i = 0; i < r; ++i) {
-    const T* row = in + i * inner;
-    for (int64_t j = 0; j < inner; ++j) acc[j] += static_cast<A>(row[j]);
+  std::vector<A> acc(static_cast<size_t>(inner));
+  if (r <= kRowBlock) {
+    column_block(in, r, inner, acc.data(), true);
+  } else {
+    const int64_t blocks = (r + kRowBlock - 1) / kRowBlock;
+    std::vector<A> part(static_cast<size_t>(blocks * inner));
+#pragma omp parallel for if (r * inner > 65536)
+    for (int64_t b = 0; b < blocks; ++b)
+      column_block(in + b * kRowBlock * inner, std::min(kRowBlock, r - b * kRowBlock), inner, &part[b * inner], false);
+    column_block(part.data(), blocks, inner, acc.data(), true);
   }
   T* o = static_cast<T*>(out.data_ptr());
   for (int64_t j = 0; j < inner; ++j) o[j] = static_cast<T>(op == ReduceOp::Mean ? acc[j] / static_cast<A>(r) : acc[j]);

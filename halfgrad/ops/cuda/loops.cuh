@@ -26,17 +26,12 @@
 #include <halfgrad/core/cuda/check.h>
 #include <halfgrad/core/cuda/runtime.h>
 #include <halfgrad/core/dtype.h>
+#include <halfgrad/core/macros.h>
 #include <halfgrad/core/half.h>
 #include <halfgrad/core/tensor.h>
 
 namespace halfgrad::cuda_ops {
 
-// #pragma unroll for functions the host compiler also sees (it would warn).
-#if defined(__CUDA_ARCH__)
-#define HG_UNROLL _Pragma("unroll")
-#else
-#define HG_UNROLL
-#endif
 
 constexpr int kMaxDims = 8;    // merged dims the strided kernel handles
 constexpr int kThreads = 256;  // threads per block of the 1-d kernels

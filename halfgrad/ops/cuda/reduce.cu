@@ -17,10 +17,13 @@
 //    a warp takes 32 adjacent columns (coalesced), 8 warps split the rows and
 //    meet in shared memory; few columns and many rows split the rows over
 //    more blocks the same two-pass way.
+// Each thread's share of a sum goes through kernels::CascadeSum (error growing
+// with log n), and threads, warps and blocks combine as trees.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include <halfgrad/ops/cascade_sum.h>
 #include <halfgrad/ops/cuda/cuda_kernels.h>
 #include <halfgrad/ops/cuda/loops.cuh>
 #include <halfgrad/ops/reduce_plan.h>
@@ -100,12 +103,14 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t end = std::min(r, begin + chunk);
     const storage_t<In>* p = in + row * r;
     R acc;
-    if constexpr (kMax) acc = {lowest<A>(), std::numeric_limits<int64_t>::max()};
-    else acc = A(0);
-    for (int64_t j = begin + lane; j < end; j += width) {
-      const A x = static_cast<A>(Elem<In>::load(p[j]));
-      if constexpr (kMax) acc = MaxOp{}(acc, ArgVal<A>{x, in_idx ? in_idx[row * r + j] : j});
-      else acc += x;
+    if constexpr (kMax) {
+      acc = {lowest<A>(), std::numeric_limits<int64_t>::max()};
+      for (int64_t j = begin + lane; j < end; j += width)
+        acc = MaxOp{}(acc, ArgVal<A>{static_cast<A>(Elem<In>::load(p[j])), in_idx ? in_idx[row * r + j] : j});
+    } else {
+      kernels::CascadeSum<A> sum;  // a thread may add thousands of values
+      for (int64_t j = begin + lane; j < end; j += width) sum.add(static_cast<A>(Elem<In>::load(p[j])));
+      acc = sum.total();
     }
     if constexpr (kMax) acc = warp_mode ? warp_allreduce(acc, MaxOp{}) : block_allreduce(acc, MaxOp{}, smem);
     else acc = warp_mode ? warp_allreduce(acc, SumOp{}) : block_allreduce(acc, SumOp{}, smem);
@@ -131,10 +136,10 @@ __global__ void __launch_bounds__(256)
   const int64_t col = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
   const int64_t begin = static_cast<int64_t>(blockIdx.y) * rows_per_split;
   const int64_t end = std::min(rows, begin + rows_per_split);
-  A acc = A(0);
+  kernels::CascadeSum<A> sum;
   if (col < cols)
-    for (int64_t i = begin + threadIdx.y; i < end; i += 8) acc += static_cast<A>(Elem<In>::load(in[i * cols + col]));
-  part[threadIdx.y][threadIdx.x] = acc;
+    for (int64_t i = begin + threadIdx.y; i < end; i += 8) sum.add(static_cast<A>(Elem<In>::load(in[i * cols + col])));
+  part[threadIdx.y][threadIdx.x] = sum.total();
   __syncthreads();
   if (threadIdx.y == 0 && col < cols) {
     A s = part[0][threadIdx.x];
