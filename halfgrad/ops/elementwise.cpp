@@ -224,11 +224,10 @@ Tensor gelu(const Tensor& a, std::string_view approximate) {
            approximate, a.describe());
   const bool tanh_form = approximate == "tanh";
   return unary_op("gelu", tanh_form ? UnaryOp::GeluTanh : UnaryOp::Gelu, a,
-                  [grad_op = tanh_form ? UnaryOp::GeluTanhGrad : UnaryOp::GeluGrad](const Saved& s,
-                                                                                   const Tensor& g) -> Grads {
-                    Tensor d = make_tensor(s.input(0).shape(), s.input(0).options());
-                    kernels::unary(grad_op, s.input(0), d);
-                    return {mul(g, d)};
+                  [grad_op = tanh_form ? BinaryOp::GeluTanhBackward : BinaryOp::GeluBackward](
+                      const Saved& s, const Tensor& g) -> Grads {
+                    const Tensor& x = s.input(0);
+                    return {binary_kernel(grad_op, g.to(x.dtype()), x, g.shape())};
                   },
                   Save::Inputs);
 }
@@ -237,7 +236,7 @@ Tensor sigmoid(const Tensor& a) {
   return unary_op("sigmoid", UnaryOp::Sigmoid, a,
                   [](const Saved& s, const Tensor& g) -> Grads {
                     const Tensor& y = s.output();
-                    return {mul(g, mul(y, sub(ops::scalar_tensor(1.0, y.dtype(), y.device()), y)))};
+                    return {binary_kernel(BinaryOp::SigmoidBackward, g.to(y.dtype()), y, g.shape())};
                   },
                   Save::Output);
 }
@@ -246,7 +245,7 @@ Tensor tanh(const Tensor& a) {
   return unary_op("tanh", UnaryOp::Tanh, a,
                   [](const Saved& s, const Tensor& g) -> Grads {
                     const Tensor& y = s.output();
-                    return {mul(g, sub(ops::scalar_tensor(1.0, y.dtype(), y.device()), mul(y, y)))};
+                    return {binary_kernel(BinaryOp::TanhBackward, g.to(y.dtype()), y, g.shape())};
                   },
                   Save::Output);
 }

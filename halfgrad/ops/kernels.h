@@ -16,10 +16,8 @@ enum class UnaryOp : uint8_t {
   Neg, Exp, Log, Sqrt, Abs, Relu, Gelu, Sigmoid, Tanh,
   Clamp,      // p.a = min (NaN: none), p.b = max (NaN: none)
   PowScalar,  // x ^ p.a
-  GeluGrad,   // d gelu / dx
   Sign,
-  GeluTanh,      // gelu(approximate="tanh")
-  GeluTanhGrad,  // its d / dx
+  GeluTanh,  // gelu(approximate="tanh")
 };
 struct UnaryParams {
   double a = 0, b = 0;
@@ -27,7 +25,12 @@ struct UnaryParams {
 
 enum class BinaryOp : uint8_t {
   Add, Sub, Mul, Div, Pow, Maximum, Minimum,  // out dtype = input dtype
-  ReluBackward,                               // a = grad, b = relu output: b > 0 ? a : 0
+  // Backward formulas, one rounding each (a = the incoming gradient):
+  ReluBackward,      // b = relu output: b <= 0 ? 0 : a (a NaN output passes the gradient, as PyTorch)
+  SigmoidBackward,   // b = sigmoid output: a * (1 - b) * b
+  TanhBackward,      // b = tanh output: a * (1 - b * b)
+  GeluBackward,      // b = gelu input: a * gelu'(b)
+  GeluTanhBackward,  // b = gelu input: a * gelu_tanh'(b)
   Eq, Ne, Lt, Le, Gt, Ge,                     // out dtype = bool
 };
 

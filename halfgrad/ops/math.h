@@ -31,6 +31,9 @@ HG_INLINE int64_t pow_(int64_t x, int64_t y) {
 }
 
 template <typename T> HG_INLINE bool isnan_(T x) { return x != x; }
+// A compile-time false that names the op: an enum value without an arm below
+// fails to compile instead of computing the identity.
+template <auto Op> inline constexpr bool kNoArmFor = false;
 
 // Exact GELU (PyTorch's default, approximate='none'): x * Phi(x).
 template <typename T> HG_INLINE T gelu(T x) {
@@ -81,12 +84,10 @@ HG_INLINE T unary_fn(T x, T a, T b) {
   else if constexpr (Op == UnaryOp::Log) return log_(x);
   else if constexpr (Op == UnaryOp::Sqrt) return sqrt_(x);
   else if constexpr (Op == UnaryOp::Gelu) return gelu(x);
-  else if constexpr (Op == UnaryOp::GeluGrad) return gelu_grad(x);
   else if constexpr (Op == UnaryOp::GeluTanh) return gelu_tanh(x);
-  else if constexpr (Op == UnaryOp::GeluTanhGrad) return gelu_tanh_grad(x);
   else if constexpr (Op == UnaryOp::Sigmoid) return sigmoid(x);
   else if constexpr (Op == UnaryOp::Tanh) return tanh_(x);
-  else return x;
+  else static_assert(kNoArmFor<Op>, "unary_fn: this UnaryOp has no arm");
 }
 
 template <kernels::BinaryOp Op, typename T>
@@ -99,8 +100,14 @@ HG_INLINE T binary_fn(T x, T y, T alpha) {
   else if constexpr (Op == BinaryOp::Pow) return pow_(x, y);
   else if constexpr (Op == BinaryOp::Maximum) return (isnan_(x) || x > y) ? x : y;
   else if constexpr (Op == BinaryOp::Minimum) return (isnan_(x) || x < y) ? x : y;
-  else if constexpr (Op == BinaryOp::ReluBackward) return y > T(0) ? x : T(0);  // PyTorch's threshold_backward
-  else return T(0);
+  // The backward formulas (x: the gradient), each computed in T and rounded
+  // once by the caller, as PyTorch's threshold/sigmoid/tanh/gelu_backward.
+  else if constexpr (Op == BinaryOp::ReluBackward) return y <= T(0) ? T(0) : x;
+  else if constexpr (Op == BinaryOp::SigmoidBackward) return x * (T(1) - y) * y;
+  else if constexpr (Op == BinaryOp::TanhBackward) return x * (T(1) - y * y);
+  else if constexpr (Op == BinaryOp::GeluBackward) return x * gelu_grad(y);
+  else if constexpr (Op == BinaryOp::GeluTanhBackward) return x * gelu_tanh_grad(y);
+  else static_assert(kNoArmFor<Op>, "binary_fn: this arithmetic BinaryOp has no arm");
 }
 
 template <kernels::BinaryOp Op, typename T>
@@ -111,7 +118,16 @@ HG_INLINE bool compare_fn(T x, T y) {
   else if constexpr (Op == BinaryOp::Lt) return x < y;
   else if constexpr (Op == BinaryOp::Le) return x <= y;
   else if constexpr (Op == BinaryOp::Gt) return x > y;
-  else return x >= y;
+  else if constexpr (Op == BinaryOp::Ge) return x >= y;
+  else static_assert(kNoArmFor<Op>, "compare_fn: this comparison BinaryOp has no arm");
+}
+
+// Binary ops whose kernels take floats only (ops promote integers first; the
+// backward formulas only ever see floating gradients).
+constexpr bool binary_needs_float(kernels::BinaryOp op) {
+  using kernels::BinaryOp;
+  return op == BinaryOp::Div || op == BinaryOp::Pow || op == BinaryOp::SigmoidBackward ||
+         op == BinaryOp::TanhBackward || op == BinaryOp::GeluBackward || op == BinaryOp::GeluTanhBackward;
 }
 
 // Which ops are defined for integer tensors (the rest need floats).
@@ -130,15 +146,15 @@ constexpr bool unary_supports_int(kernels::UnaryOp op) {
     HG_UNARY_CASE(Neg, F) HG_UNARY_CASE(Exp, F) HG_UNARY_CASE(Log, F) HG_UNARY_CASE(Sqrt, F)          \
     HG_UNARY_CASE(Abs, F) HG_UNARY_CASE(Relu, F) HG_UNARY_CASE(Gelu, F) HG_UNARY_CASE(Sigmoid, F)     \
     HG_UNARY_CASE(Tanh, F) HG_UNARY_CASE(Clamp, F) HG_UNARY_CASE(PowScalar, F)                        \
-    HG_UNARY_CASE(GeluGrad, F) HG_UNARY_CASE(Sign, F) HG_UNARY_CASE(GeluTanh, F)                      \
-    HG_UNARY_CASE(GeluTanhGrad, F)                                                                     \
+    HG_UNARY_CASE(Sign, F) HG_UNARY_CASE(GeluTanh, F)                                                 \
   }
 #define HG_BINARY_CASE(X, F) case ::halfgrad::kernels::BinaryOp::X: return F.template operator()<::halfgrad::kernels::BinaryOp::X>();
 #define HG_ARITH_OP_SWITCH(op, F)                                                                        \
   switch (op) {                                                                                        \
     HG_BINARY_CASE(Add, F) HG_BINARY_CASE(Sub, F) HG_BINARY_CASE(Mul, F) HG_BINARY_CASE(Div, F)       \
     HG_BINARY_CASE(Pow, F) HG_BINARY_CASE(Maximum, F) HG_BINARY_CASE(Minimum, F)                      \
-    HG_BINARY_CASE(ReluBackward, F)                                                                    \
+    HG_BINARY_CASE(ReluBackward, F) HG_BINARY_CASE(SigmoidBackward, F) HG_BINARY_CASE(TanhBackward, F) \
+    HG_BINARY_CASE(GeluBackward, F) HG_BINARY_CASE(GeluTanhBackward, F)                               \
     default: break;                                                                                    \
   }
 #define HG_COMPARE_OP_SWITCH(op, F)                                                                      \

@@ -128,8 +128,11 @@ Tensor max(const Tensor& a) {
       "max", {a},
       [dims](const std::vector<Tensor>& in) { return reduce_kernel(ReduceOp::Max, in[0], dims, false, in[0].dtype()); },
       [](const Saved& s, const Tensor& g) -> Grads {
+        // A NaN maximum: the gradient goes to the NaN elements (PyTorch's
+        // evenly_distribute_backward), where eq() would match nothing.
         const Tensor& x = s.input(0);
-        const Tensor hits = eq(x, s.output()).to(g.dtype());
+        const Tensor& m = s.output();
+        const Tensor hits = where(ne(m, m), ne(x, x), eq(x, m)).to(g.dtype());
         return {mul(hits, div(g, sum(hits)))};
       },
       Save::Both);

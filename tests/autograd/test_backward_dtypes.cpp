@@ -143,3 +143,72 @@ TEST_CASE("backward of softmax and the losses in float32, float16 and bfloat16",
   };
   for (const auto& c : cases) check_dtypes(c);
 }
+
+namespace {
+float bf16(float x) { return static_cast<float>(BFloat16(x)); }
+float sigmoid_f(float x) { return 1.f / (1.f + std::exp(-x)); }
+float gelu_grad_f(float x) {
+  const float cdf = 0.5f * (1.f + std::erf(x * 0.70710678118654752440f));
+  const float pdf = std::exp(-0.5f * x * x) * 0.39894228040143267794f;
+  return cdf + x * pdf;
+}
+
+// d(sum(out * g))/dx for one op, with x and g given as bfloat16 values.
+std::vector<float> bf16_grad(const std::function<Tensor(const Tensor&)>& op, const std::vector<double>& x, double g) {
+  Tensor t = hgtest::make(x, {static_cast<int64_t>(x.size())}, bfloat16).requires_grad_(true);
+  op(t).backward(full({static_cast<int64_t>(x.size())}, g, bfloat16));
+  std::vector<float> out;
+  for (double v : hgtest::values(t.grad())) out.push_back(static_cast<float>(v));
+  return out;
+}
+}  // namespace
+
+TEST_CASE("half backward formulas compute in float32 and round once", "[autograd][dtype]") {
+  // bfloat16 inputs over [-4, 4], a gradient that is not a power of two.
+  std::vector<double> x;
+  for (double v = -4; v <= 4; v += 1.0 / 64) x.push_back(hgtest::round_to(v, bfloat16));
+  const double g = 3.515625;
+  const float gf = static_cast<float>(g);
+  SECTION("sigmoid (PyTorch: grad * (1 - y) * y on the saved bfloat16 output)") {
+    const auto got = bf16_grad([](const Tensor& t) { return sigmoid(t); }, x, g);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float y = bf16(sigmoid_f(static_cast<float>(x[i])));
+      INFO("x = " << x[i]);
+      CHECK(got[i] == bf16(gf * (1.f - y) * y));
+    }
+    // The case PyTorch 1.13 was compared on: rounding each step gave 0.61328125.
+    CHECK(bf16_grad([](const Tensor& t) { return sigmoid(t); }, {-1.2265625}, g)[0] == 0.6171875f);
+  }
+  SECTION("tanh (grad * (1 - y * y))") {
+    const auto got = bf16_grad([](const Tensor& t) { return tanh(t); }, x, g);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float y = bf16(std::tanh(static_cast<float>(x[i])));
+      INFO("x = " << x[i]);
+      CHECK(got[i] == bf16(gf * (1.f - y * y)));
+    }
+  }
+  SECTION("gelu (grad * gelu'(x)), alone and as Linear + GELU") {
+    const auto got = bf16_grad([](const Tensor& t) { return gelu(t); }, x, g);
+    for (size_t i = 0; i < x.size(); ++i) {
+      INFO("x = " << x[i]);
+      CHECK(got[i] == bf16(gf * gelu_grad_f(static_cast<float>(x[i]))));
+    }
+  }
+}
+
+TEST_CASE("NaN in backward as PyTorch: relu passes the gradient, a NaN max takes it", "[autograd][nan]") {
+  const double nan = std::nan("");
+  Tensor x = hgtest::make({nan, 1.0, -1.0}, {3}, float32).requires_grad_(true);
+  relu(x).backward(full({3}, 2.0));
+  const auto gr = hgtest::values(x.grad());
+  CHECK(gr[0] == 2.0);  // threshold_backward: NaN <= 0 is false
+  CHECK(gr[1] == 2.0);
+  CHECK(gr[2] == 0.0);
+
+  Tensor m = hgtest::make({1.0, nan, 3.0, 2.0}, {4}, float32).requires_grad_(true);
+  max(m).backward();
+  CHECK(hgtest::values(m.grad()) == std::vector<double>{0, 1, 0, 0});
+  Tensor m2 = hgtest::make({nan, 1.0, nan}, {3}, float32).requires_grad_(true);
+  max(m2).backward();
+  CHECK(hgtest::values(m2.grad()) == std::vector<double>{0.5, 0, 0.5});
+}

@@ -41,8 +41,13 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, do
     using acc = acc_t<scalar_t>;
     const acc al = static_cast<acc>(alpha);
     auto arith = [&]<BinaryOp Op>() {
-      map<scalar_t, scalar_t, scalar_t>(
-          out, [=](scalar_t x, scalar_t y) { return scalar_t(math::binary_fn<Op>(acc(x), acc(y), al)); }, a, b);
+      if constexpr (std::is_integral_v<acc> && math::binary_needs_float(Op)) {
+        fail("binary: op {} of int64 tensors ({}) has no kernel; cast to a float dtype first",
+                static_cast<int>(Op), a.describe());
+      } else {
+        map<scalar_t, scalar_t, scalar_t>(
+            out, [=](scalar_t x, scalar_t y) { return scalar_t(math::binary_fn<Op>(acc(x), acc(y), al)); }, a, b);
+      }
     };
     auto compare = [&]<BinaryOp Op>() {
       map<bool, scalar_t, scalar_t>(out, [](scalar_t x, scalar_t y) { return math::compare_fn<Op>(acc(x), acc(y)); },
@@ -53,6 +58,7 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, do
     } else {
       HG_ARITH_OP_SWITCH(op, arith);
     }
+    fail("binary: op {} cannot write {} from {}", static_cast<int>(op), out.describe(), a.describe());
   });
 }
 

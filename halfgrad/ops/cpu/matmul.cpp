@@ -44,9 +44,12 @@ Tensor transposed(const Tensor& t) {
   return alias_with(t, {t.shape()[1], t.shape()[0]}, {t.strides()[1], t.strides()[0]}, t.offset());
 }
 
-kernels::UnaryOp gelu_op(kernels::Activation act, bool grad) {
-  if (act == kernels::Activation::GELUTanh) return grad ? kernels::UnaryOp::GeluTanhGrad : kernels::UnaryOp::GeluTanh;
-  return grad ? kernels::UnaryOp::GeluGrad : kernels::UnaryOp::Gelu;
+kernels::UnaryOp gelu_op(kernels::Activation act) {
+  return act == kernels::Activation::GELUTanh ? kernels::UnaryOp::GeluTanh : kernels::UnaryOp::Gelu;
+}
+// g * gelu'(z) in one pass, rounded once.
+kernels::BinaryOp gelu_backward_op(kernels::Activation act) {
+  return act == kernels::Activation::GELUTanh ? kernels::BinaryOp::GeluTanhBackward : kernels::BinaryOp::GeluBackward;
 }
 }  // namespace
 
@@ -62,7 +65,7 @@ void linear_act(const Tensor& x2, const Tensor& w, const Tensor& bias, kernels::
   if (kernels::is_gelu(act)) {
     const Tensor& z = pre.defined() ? pre : out;
     cpu::gemm(x2, wt, z, bias, 0.f);
-    cpu::unary(gelu_op(act, false), z, out, {});
+    cpu::unary(gelu_op(act), z, out, {});
     return;
   }
   cpu::gemm(x2, wt, out, bias, 0.f, act == Activation::ReLU);
@@ -78,8 +81,7 @@ void linear_act_backward(const Tensor& g, const Tensor& x2, const Tensor& w, ker
     if (act == Activation::ReLU) {
       cpu::binary(kernels::BinaryOp::ReluBackward, g, saved, gz, 1.0);
     } else {
-      cpu::unary(gelu_op(act, true), saved, gz, {});
-      cpu::binary(kernels::BinaryOp::Mul, g, gz, gz, 1.0);
+      cpu::binary(gelu_backward_op(act), g, saved, gz, 1.0);
     }
   }
   if (dx.defined()) cpu::gemm(gz, w, dx, Tensor(), 0.f);

@@ -110,8 +110,9 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, do
       const A al = static_cast<A>(alpha);
       auto arith = [&]<BinaryOp Op>() {
         // div and pow promote integers to float32 before the kernel (ops/elementwise.cpp)
-        if constexpr (std::is_integral_v<A> && (Op == BinaryOp::Div || Op == BinaryOp::Pow)) {
-          fail("binary: div/pow of int64 tensors ({}) has no kernel; cast to a float dtype first", a.describe());
+        if constexpr (std::is_integral_v<A> && math::binary_needs_float(Op)) {
+          fail("binary: op {} of int64 tensors ({}) has no kernel; cast to a float dtype first", static_cast<int>(Op),
+               a.describe());
         } else {
           elementwise<scalar_t, scalar_t, scalar_t>("binary", BinaryF<Op, A>{al}, out, a, b);
         }
