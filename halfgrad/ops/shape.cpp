@@ -3,7 +3,6 @@
 #include <numeric>
 
 #include <halfgrad/core/alias.h>
-#include <halfgrad/autograd/grad_mode.h>
 #include <halfgrad/ops/dispatch.h>
 #include <halfgrad/ops/kernels.h>
 #include <halfgrad/ops/ops.h>
@@ -171,6 +170,7 @@ Tensor Tensor::expand(const Shape& shape) const {
              "expand: {} cannot be expanded to {} (dimension {} is {}, not 1)", describe(), shape_str(shape), i - lead,
              this->shape()[i - lead]);
   }
+  (void)shape_numel(target, "expand");  // overflow: an Error naming expand
   Tensor v = ops::broadcast_to(*this, target);
   Shape in_shape = this->shape();
   return make_view("expand", *this, target, v.strides(), offset(),
@@ -245,15 +245,9 @@ Tensor& Tensor::fill_(double value) {
 }
 
 Tensor& Tensor::copy_(const Tensor& src) {
-  Tensor s = ops::broadcast_to(src, ops::broadcast_shapes("copy_", shape(), src.shape()));
-  HG_CHECK(s.shape() == shape(), "copy_: source {} cannot be broadcast to {}", src.describe(), describe());
   // copy_ is the one in-place op that may cross devices.
-  HG_CHECK(!autograd::grad_enabled() || !requires_grad(),
-           "copy_: a tensor that requires grad ({}) cannot be changed in place while grad mode is on. Wrap the "
-           "update in `halfgrad::no_grad guard;`.",
-           describe());
-  kernels::copy(*this, s);
-  bump_version();
+  dispatch::inplace("copy", *this, {src}, [&] { kernels::copy(*this, ops::broadcast_to(src, shape())); },
+                    {.any_device = true});
   return *this;
 }
 

@@ -42,8 +42,16 @@ Shape broadcast_shapes(std::string_view op, const Shape& a, const Shape& b) {
   return out;
 }
 
+void check_broadcasts_to(std::string_view op, std::string_view what, const Shape& from, const Shape& to,
+                         std::string_view remedy) {
+  const Shape both = broadcast_shapes(op, to, from);  // the out-of-place check first
+  HG_CHECK(both == to, "{}: {} of shape {} cannot be broadcast to shape {} (together they broadcast to {}){}", op, what,
+           shape_str(from), shape_str(to), shape_str(both), remedy);
+}
+
 Tensor broadcast_to(const Tensor& t, const Shape& shape) {
   if (t.shape() == shape) return t;
+  check_broadcasts_to("broadcast_to", "tensor", t.shape(), shape);
   const size_t lead = shape.size() - t.shape().size();
   Shape strides(shape.size(), 0);
   for (size_t i = 0; i < t.shape().size(); ++i)

@@ -12,7 +12,13 @@ int64_t wrap_dim(std::string_view op, int64_t dim, int64_t ndim);
 std::vector<int64_t> normalize_dims(std::string_view op, const Shape& dims, int64_t ndim);
 // PyTorch broadcasting of two shapes, or an Error naming the op and both shapes.
 Shape broadcast_shapes(std::string_view op, const Shape& a, const Shape& b);
-// A stride-0 view of `t` with `shape` (no autograd; for use inside kernels' callers).
+// PyTorch's rule for an operand of an in-place op (and addmm's bias, expand):
+// `from` must broadcast TO `to`, i.e. broadcast_shapes(to, from) is `to`. Else
+// an Error naming the op, `what` the operand is, both shapes and `remedy`.
+void check_broadcasts_to(std::string_view op, std::string_view what, const Shape& from, const Shape& to,
+                         std::string_view remedy = "");
+// A stride-0 view of `t` with `shape`, which t's shape must broadcast to (no
+// autograd; for use inside kernels' callers).
 Tensor broadcast_to(const Tensor& t, const Shape& shape);
 // A 0-d tensor holding `value`, in `dtype` on `device`.
 Tensor scalar_tensor(double value, DType dtype, Device device);
