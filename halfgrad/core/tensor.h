@@ -26,7 +26,7 @@ using Shape = std::vector<int64_t>;
 
 std::string shape_str(const Shape& s);  // "[2, 3]"
 // Elements of shape `s`: the one count every tensor's shape passes through
-// (make_tensor, alias_with). A negative size, or sizes whose product overflows
+// (make_tensor and every view). A negative size, or sizes whose product overflows
 // int64, is an Error naming `op`.
 int64_t shape_numel(const Shape& s, std::string_view op = "numel");
 // Bytes of a contiguous `dtype` tensor of shape `s`; an overflow is an Error naming `op`.

@@ -286,7 +286,12 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
                "cat: sizes must match except in dimension {}: {} and {}", dim, first.describe(), t.describe());
   }
   std::vector<int64_t> sizes;
-  for (const auto& t : tensors) sizes.push_back(t.shape()[dim]);
+  int64_t total = 0;
+  for (const auto& t : tensors) {
+    sizes.push_back(t.shape()[dim]);
+    HG_CHECK(!__builtin_add_overflow(total, sizes.back(), &total),
+             "cat: the sizes along dimension {} add up to more than int64 can hold", dim);
+  }
   return dispatch::call(
       "cat", tensors,
       [dim](const std::vector<Tensor>& in) {

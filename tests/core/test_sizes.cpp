@@ -66,6 +66,8 @@ TEST_CASE("narrow, expand, select and view check their arguments without overflo
       {"select(0, INT64_MIN)", [] { (void)zeros({5}).select(0, kMin); }, {"select"}},
       {"view({1 << 62, 4})", [] { (void)zeros({6}).view({int64_t{1} << 62, 4}); }, {"view"}},
       {"view({-1, 1 << 62, 4})", [] { (void)zeros({8}).view({-1, int64_t{1} << 62, 4}); }, {"view"}},
+      {"cat of two [0, INT64_MAX] along 1", [] { (void)cat({zeros({0, kMax}), zeros({0, kMax})}, 1); },
+       {"cat", "int64"}},
       {"view({-2, -3})", [] { (void)zeros({6}).view({-2, -3}); }, {"view"}},
   });
   CHECK(zeros({1, 3}).expand({-1, 3}).shape() == Shape{1, 3});
