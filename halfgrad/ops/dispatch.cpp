@@ -106,6 +106,17 @@ void inplace(std::string_view op, const Tensor& self, std::vector<Tensor> others
            "{}: a tensor that requires grad ({}) cannot be changed in place while grad mode is on (autograd would "
            "lose track of it). Wrap the update in `halfgrad::no_grad guard;`{}{}.",
            name, self.describe(), instead.empty() ? "" : ", or use the out-of-place ", instead);
+  HG_CHECK(rules.self_may_overlap || !ops::has_internal_overlap(self),
+           "{}: unsupported operation: more than one element of the written-to tensor refers to a single memory "
+           "location. Please clone() the tensor before performing the operation. (It is {} with strides {}, e.g. "
+           "an expand() result.)",
+           name, self.describe(), shape_str(self.strides()));
+  for (const auto& t : others)
+    HG_CHECK(ops::overlap(self, t) != ops::Overlap::Partial,
+             "{}: unsupported operation: some elements of the input tensor and the written-to tensor refer to a "
+             "single memory location. Please clone() the tensor before performing the operation. (Written {}, "
+             "input {}: views of one storage that overlap.)",
+             name, self.describe(), t.describe());
   for (const auto& t : others)  // the message is built only when the check fails
     if (t.shape() != self.shape() && ops::broadcast_shapes(name, self.shape(), t.shape()) != self.shape())
       ops::check_broadcasts_to(name, "the operand", t.shape(), self.shape(),

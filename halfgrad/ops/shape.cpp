@@ -240,14 +240,20 @@ Tensor Tensor::to(Device device, DType dtype) const {
 Tensor& Tensor::zero_() { return fill_(0.0); }
 
 Tensor& Tensor::fill_(double value) {
-  dispatch::inplace("fill", *this, {}, [&] { kernels::fill(*this, value); });
+  dispatch::inplace("fill", *this, {}, [&] { kernels::fill(*this, value); }, {.self_may_overlap = true});
   return *this;
 }
 
 Tensor& Tensor::copy_(const Tensor& src) {
   // copy_ is the one in-place op that may cross devices.
-  dispatch::inplace("copy", *this, {src}, [&] { kernels::copy(*this, ops::broadcast_to(src, shape())); },
-                    {.any_device = true});
+  dispatch::inplace(
+      "copy", *this, {src},
+      [&] {
+        // the same elements: nothing to do (and memcpy must not overlap), as in PyTorch
+        if (src.dtype() == dtype() && ops::overlap(*this, src) == ops::Overlap::Full) return;
+        kernels::copy(*this, ops::broadcast_to(src, shape()));
+      },
+      {.any_device = true});
   return *this;
 }
 
