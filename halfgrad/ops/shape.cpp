@@ -28,12 +28,14 @@ Tensor Tensor::view(const Shape& new_shape) const {
   Shape shape = new_shape;
   int64_t infer = -1;
   for (size_t i = 0; i < shape.size(); ++i) {
+    HG_CHECK(shape[i] >= -1, "view: invalid shape {} (a size is negative; only one -1, inferred, is allowed)",
+             shape_str(new_shape));
     if (shape[i] != -1) continue;
     HG_CHECK(infer < 0, "view: only one dimension can be -1, got {}", shape_str(new_shape));
     infer = static_cast<int64_t>(i);
     shape[i] = 1;
   }
-  const int64_t known = shape_numel(shape, "view");  // other negative sizes and overflow are Errors
+  const int64_t known = shape_numel(shape, "view");  // overflow is an Error
   if (infer >= 0) {
     HG_CHECK(known != 0 && numel() % known == 0, "view: shape {} is invalid for {} ({} elements)",
              shape_str(new_shape), describe(), numel());
