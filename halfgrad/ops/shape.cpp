@@ -93,8 +93,9 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   HG_CHECK(dim() > 0, "narrow: cannot narrow a 0-d tensor ({})", describe());
   d = ops::wrap_dim("narrow", d, dim());
   const int64_t n = shape()[d];
-  HG_CHECK(start >= -n && start <= n, "narrow: start {} is out of range for dimension {} of size {} in {} (expected {} to {})",
-           start, d, n, describe(), -n, n);
+  HG_CHECK(start >= -n && start <= n,
+           "narrow: start {} is out of range for dimension {} of size {} in {} (expected {} to {})", start, d, n,
+           describe(), -n, n);
   if (start < 0) start += n;
   // length <= n - start, not start + length <= n: that sum can overflow
   HG_CHECK(length >= 0 && length <= n - start,

@@ -74,7 +74,7 @@ bool non_overlapping_and_dense(const Tensor& t) {
 }
 
 bool has_internal_overlap(const Tensor& t) {
-  if (non_overlapping_and_dense(t)) return false;
+  if (t.is_contiguous() || non_overlapping_and_dense(t)) return false;
   for (int64_t d = 0; d < t.dim(); ++d)
     if (t.strides()[d] == 0 && t.shape()[d] > 1) return true;
   return false;  // PyTorch's TooHard: not reported
