@@ -47,6 +47,10 @@ TEST_CASE("a shape whose element or byte count overflows is an Error", "[tensor]
       {"ones({2, 1}).expand({1 << 62, 2, 4})", [] { (void)ones({2, 1}).expand({int64_t{1} << 62, 2, 4}); },
        {"overflow"}},
   });
+  // PyTorch accepts zeros(0, 2**62, 4) but not zeros(2**62, 4, 0): the product of
+  // the non-zero sizes must fit in either order, so that strides fit too
+  REQUIRE_THROWS_WITH(zeros({0, int64_t{1} << 62, 4}), Contains("overflow"));
+  REQUIRE_THROWS_WITH(zeros({int64_t{1} << 62, 4, 0}), Contains("overflow"));
   // an empty tensor may have a huge dimension (PyTorch: zeros(0, 2**63 - 1))
   const Tensor e = zeros({0, kMax});
   CHECK(e.numel() == 0);
