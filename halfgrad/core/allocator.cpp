@@ -1,6 +1,7 @@
 #include <halfgrad/core/allocator.h>
 
 #include <cstdlib>
+#include <limits>
 
 #include <halfgrad/core/cuda/runtime.h>
 #include <halfgrad/core/error.h>
@@ -30,6 +31,9 @@ Storage::~Storage() {
 }
 
 std::shared_ptr<Storage> allocate_storage(size_t nbytes, Device device) {
+  // element offsets times itemsize must stay inside int64 (shape_nbytes checks the callers' sizes)
+  HG_CHECK(nbytes <= static_cast<size_t>(std::numeric_limits<int64_t>::max()),
+           "allocate: {} bytes is more than any storage can hold", nbytes);
   return std::make_shared<Storage>(nbytes, device);
 }
 

@@ -10,10 +10,32 @@ namespace halfgrad {
 
 std::string shape_str(const Shape& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
 
-int64_t shape_numel(const Shape& s) {
+int64_t shape_numel(const Shape& s, std::string_view op) {
+  // The product of the non-zero sizes must fit, not just the element count:
+  // then every stride and partial product of an existing tensor fits too.
   int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
+  bool empty = false;
+  for (int64_t d : s) {
+    HG_CHECK(d >= 0, "{}: negative size {} in shape {}; sizes must be >= 0", op, d, shape_str(s));
+    if (d == 0) {
+      empty = true;
+    } else {
+      HG_CHECK(!__builtin_mul_overflow(n, d, &n),
+               "{}: shape {} has more elements than int64 can count (the product of its sizes overflows); no tensor "
+               "can be this large",
+               op, shape_str(s));
+    }
+  }
+  return empty ? 0 : n;
+}
+
+int64_t shape_nbytes(const Shape& s, DType dtype, std::string_view op) {
+  int64_t bytes = 0;
+  HG_CHECK(!__builtin_mul_overflow(shape_numel(s, op), static_cast<int64_t>(itemsize(dtype)), &bytes),
+           "{}: a {} tensor of shape {} needs more than 2^63 bytes (the byte count overflows); no tensor can be this "
+           "large",
+           op, dtype_name(dtype), shape_str(s));
+  return bytes;
 }
 
 Shape contiguous_strides(const Shape& s) {
@@ -76,14 +98,13 @@ Tensor& Tensor::requires_grad_(bool r) {
 }
 
 Tensor make_tensor(const Shape& shape, TensorOptions options) {
-  for (int64_t d : shape) HG_CHECK(d >= 0, "empty: negative dimension in shape {}", shape_str(shape));
+  const int64_t nbytes = shape_nbytes(shape, options.dtype(), "empty");
   auto impl = std::make_shared<TensorImpl>();
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = options.dtype();
   impl->device = options.device();
-  impl->storage = allocate_storage(static_cast<size_t>(shape_numel(shape)) * itemsize(options.dtype()),
-                                   options.device());
+  impl->storage = allocate_storage(static_cast<size_t>(nbytes), options.device());
   impl->requires_grad = options.requires_grad();
   if (options.requires_grad()) Tensor(impl).requires_grad_(true);
   return Tensor(std::move(impl));
@@ -97,11 +118,15 @@ Tensor alias_with(const Tensor& base, Shape shape, Shape strides, int64_t offset
   for (int64_t n : shape) {
     HG_CHECK(n >= 0, "view: negative size in shape {} (of {})", shape_str(shape), base.describe());
   }
-  if (shape_numel(shape) > 0 && base.storage()) {
+  if (shape_numel(shape, "view") > 0 && base.storage()) {
     int64_t first = offset, last = offset;
     for (size_t i = 0; i < shape.size(); ++i) {
-      const int64_t reach = (shape[i] - 1) * strides[i];
-      (reach < 0 ? first : last) += reach;
+      int64_t reach = 0;
+      bool overflow = __builtin_mul_overflow(shape[i] - 1, strides[i], &reach);
+      int64_t& end = reach < 0 ? first : last;
+      overflow = overflow || __builtin_add_overflow(end, reach, &end);
+      HG_CHECK(!overflow, "view: shape {} with strides {} at offset {} reaches past int64 (of {})", shape_str(shape),
+               shape_str(strides), offset, base.describe());
     }
     const int64_t capacity = static_cast<int64_t>(base.storage()->nbytes / itemsize(base.dtype()));
     HG_CHECK(first >= 0 && last < capacity,

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <halfgrad/core/allocator.h>
@@ -24,7 +25,12 @@ struct Node;
 using Shape = std::vector<int64_t>;
 
 std::string shape_str(const Shape& s);  // "[2, 3]"
-int64_t shape_numel(const Shape& s);
+// Elements of shape `s`: the one count every tensor's shape passes through
+// (make_tensor and every view). A negative size, or sizes whose product overflows
+// int64, is an Error naming `op`.
+int64_t shape_numel(const Shape& s, std::string_view op = "numel");
+// Bytes of a contiguous `dtype` tensor of shape `s`; an overflow is an Error naming `op`.
+int64_t shape_nbytes(const Shape& s, DType dtype, std::string_view op = "empty");
 Shape contiguous_strides(const Shape& s);
 
 // How to make a tensor: dtype, device, requires_grad. Implicit from a DType or

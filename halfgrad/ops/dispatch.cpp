@@ -2,6 +2,7 @@
 
 #include <halfgrad/amp/autocast.h>
 #include <halfgrad/autograd/grad_mode.h>
+#include <halfgrad/ops/util.h>
 
 namespace halfgrad::dispatch {
 
@@ -87,13 +88,40 @@ Tensor call_nograd(std::string_view op, std::vector<Tensor> inputs, const Forwar
   return run_forward(inputs, forward);
 }
 
-void inplace(std::string_view op, const Tensor& self, std::vector<Tensor> others, const std::function<void()>& kernel) {
-  others.push_back(self);
-  check_same_device(op, others);
+namespace {
+// "add" for add_: the op a user can call instead (copy_ and fill_ have none).
+std::string_view out_of_place(std::string_view op) { return op == "copy" || op == "fill" ? "" : op; }
+}  // namespace
+
+void inplace(std::string_view op, const Tensor& self, std::vector<Tensor> others, const std::function<void()>& kernel,
+             InplaceRules rules) {
+  const std::string name = fmt::format("{}_", op);
+  if (!rules.any_device) {
+    others.push_back(self);
+    check_same_device(name, others);
+    others.pop_back();
+  }
+  const std::string_view instead = out_of_place(op);
   HG_CHECK(!autograd::grad_enabled() || !self.requires_grad(),
-           "{}_: a tensor that requires grad ({}) cannot be changed in place while grad mode is on (autograd would "
-           "lose track of it). Wrap the update in `halfgrad::no_grad guard;`, or use the out-of-place {}.",
-           op, self.describe(), op);
+           "{}: a tensor that requires grad ({}) cannot be changed in place while grad mode is on (autograd would "
+           "lose track of it). Wrap the update in `halfgrad::no_grad guard;`{}{}.",
+           name, self.describe(), instead.empty() ? "" : ", or use the out-of-place ", instead);
+  HG_CHECK(rules.self_may_overlap || !ops::has_internal_overlap(self),
+           "{}: unsupported operation: more than one element of the written-to tensor refers to a single memory "
+           "location. Please clone() the tensor before performing the operation. (It is {} with strides {}, e.g. "
+           "an expand() result.)",
+           name, self.describe(), shape_str(self.strides()));
+  for (const auto& t : others)
+    HG_CHECK(ops::overlap(self, t) != ops::Overlap::Partial,
+             "{}: unsupported operation: some elements of the input tensor and the written-to tensor refer to a "
+             "single memory location. Please clone() the tensor before performing the operation. (Written {}, "
+             "input {}: views of one storage that overlap.)",
+             name, self.describe(), t.describe());
+  for (const auto& t : others)  // the message is built only when the check fails
+    if (t.shape() != self.shape() && ops::broadcast_shapes(name, self.shape(), t.shape()) != self.shape())
+      ops::check_broadcasts_to(name, "the operand", t.shape(), self.shape(),
+                               fmt::format("; an in-place op keeps the shape of {}{}{}", self.describe(),
+                                           instead.empty() ? "" : ": use the out-of-place ", instead));
   kernel();
   self.bump_version();
 }

@@ -40,9 +40,20 @@ Tensor composite(std::string_view op, std::vector<Tensor> inputs, const Forward&
 // device checks, then the kernel.
 Tensor call_nograd(std::string_view op, std::vector<Tensor> inputs, const Forward& forward);
 
-// In-place op on `self` (the first input): checks, kernel, version bump.
+// Where an in-place op departs from the common rules of inplace().
+struct InplaceRules {
+  bool any_device = false;        // copy_: `others` may be on another device
+  bool self_may_overlap = false;  // fill_: one value through an expanded view is well defined
+};
+
+// In-place op `op`_ on `self`: every tensor in `others` on self's device and
+// broadcasting TO self's shape (PyTorch: the broadcast shape must be self's),
+// self not requiring grad in grad mode, no two elements of self on one memory
+// location and no tensor in `others` partly overlapping self (PyTorch's
+// memory-overlap errors; full identity, x.add_(x), is fine); then the kernel
+// and a version bump.
 void inplace(std::string_view op, const Tensor& self, std::vector<Tensor> others,
-             const std::function<void()>& kernel);
+             const std::function<void()>& kernel, InplaceRules rules = {});
 
 // Inside a call()'s forward: whether the op will be recorded, i.e. whether its
 // backward can run (grad mode on and an input requires grad). A forward that

@@ -71,7 +71,9 @@ Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, double beta, 
            "addmm: shapes {} and {} cannot be multiplied", shape_str(a.shape()), shape_str(b.shape()));
   check_float("addmm", a);
   const Shape out_shape{a.shape()[0], b.shape()[1]};
-  ops::broadcast_shapes("addmm", bias.shape(), out_shape);
+  // PyTorch expands self to the output: it must broadcast TO [m, n]
+  ops::check_broadcasts_to("addmm", "the bias (self)", bias.shape(), out_shape,
+                           "; it is added to mat1 @ mat2, whose shape is [mat1 rows, mat2 columns]");
   const Shape bias_shape = bias.shape();
   return dispatch::call(
       "addmm", {bias, a, b},

@@ -3,7 +3,6 @@
 #include <numeric>
 
 #include <halfgrad/core/alias.h>
-#include <halfgrad/autograd/grad_mode.h>
 #include <halfgrad/ops/dispatch.h>
 #include <halfgrad/ops/kernels.h>
 #include <halfgrad/ops/ops.h>
@@ -27,16 +26,16 @@ Tensor make_view(std::string_view op, const Tensor& self, Shape shape, Shape str
 
 Tensor Tensor::view(const Shape& new_shape) const {
   Shape shape = new_shape;
-  int64_t infer = -1, known = 1;
+  int64_t infer = -1;
   for (size_t i = 0; i < shape.size(); ++i) {
-    if (shape[i] == -1) {
-      HG_CHECK(infer < 0, "view: only one dimension can be -1, got {}", shape_str(new_shape));
-      infer = static_cast<int64_t>(i);
-    } else {
-      HG_CHECK(shape[i] >= 0, "view: invalid shape {}", shape_str(new_shape));
-      known *= shape[i];
-    }
+    HG_CHECK(shape[i] >= -1, "view: invalid shape {} (a size is negative; only one -1, inferred, is allowed)",
+             shape_str(new_shape));
+    if (shape[i] != -1) continue;
+    HG_CHECK(infer < 0, "view: only one dimension can be -1, got {}", shape_str(new_shape));
+    infer = static_cast<int64_t>(i);
+    shape[i] = 1;
   }
+  const int64_t known = shape_numel(shape, "view");  // overflow is an Error
   if (infer >= 0) {
     HG_CHECK(known != 0 && numel() % known == 0, "view: shape {} is invalid for {} ({} elements)",
              shape_str(new_shape), describe(), numel());
@@ -94,10 +93,13 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   HG_CHECK(dim() > 0, "narrow: cannot narrow a 0-d tensor ({})", describe());
   d = ops::wrap_dim("narrow", d, dim());
   const int64_t n = shape()[d];
+  HG_CHECK(start >= -n && start <= n,
+           "narrow: start {} is out of range for dimension {} of size {} in {} (expected {} to {})", start, d, n,
+           describe(), -n, n);
   if (start < 0) start += n;
-  HG_CHECK(start >= 0 && length >= 0 && start + length <= n,
-           "narrow: range [{}, {}) is outside dimension {} of size {} in {}", start, start + length, d, n,
-           describe());
+  // length <= n - start, not start + length <= n: that sum can overflow
+  HG_CHECK(length >= 0 && length <= n - start,
+           "narrow: start ({}) + length ({}) exceeds dimension {} of size {} in {}", start, length, d, n, describe());
   Shape shape = this->shape();
   shape[d] = length;
   Shape in_shape = this->shape();
@@ -158,12 +160,20 @@ Tensor Tensor::expand(const Shape& shape) const {
            shape_str(shape));
   Shape target = shape;
   const size_t lead = shape.size() - this->shape().size();
-  for (size_t i = 0; i < this->shape().size(); ++i) {
-    if (target[lead + i] == -1) target[lead + i] = this->shape()[i];
-    HG_CHECK(this->shape()[i] == target[lead + i] || this->shape()[i] == 1,
-             "expand: {} cannot be expanded to {} (dimension {} is {}, not 1)", describe(), shape_str(shape), i,
-             this->shape()[i]);
+  for (size_t i = 0; i < target.size(); ++i) {
+    // -1 keeps an existing size (PyTorch); any other negative size is an Error
+    HG_CHECK(target[i] != -1 || i >= lead,
+             "expand: size -1 in {} is not allowed in the new leading dimension {} of {} (-1 keeps an existing size)",
+             shape_str(shape), i, describe());
+    if (target[i] == -1) target[i] = this->shape()[i - lead];
+    HG_CHECK(target[i] >= 0, "expand: negative size {} in {} for {} (only -1, keep the size, may be negative)",
+             target[i], shape_str(shape), describe());
+    if (i < lead) continue;
+    HG_CHECK(this->shape()[i - lead] == target[i] || this->shape()[i - lead] == 1,
+             "expand: {} cannot be expanded to {} (dimension {} is {}, not 1)", describe(), shape_str(shape), i - lead,
+             this->shape()[i - lead]);
   }
+  (void)shape_numel(target, "expand");  // overflow: an Error naming expand
   Tensor v = ops::broadcast_to(*this, target);
   Shape in_shape = this->shape();
   return make_view("expand", *this, target, v.strides(), offset(),
@@ -233,20 +243,20 @@ Tensor Tensor::to(Device device, DType dtype) const {
 Tensor& Tensor::zero_() { return fill_(0.0); }
 
 Tensor& Tensor::fill_(double value) {
-  dispatch::inplace("fill", *this, {}, [&] { kernels::fill(*this, value); });
+  dispatch::inplace("fill", *this, {}, [&] { kernels::fill(*this, value); }, {.self_may_overlap = true});
   return *this;
 }
 
 Tensor& Tensor::copy_(const Tensor& src) {
-  Tensor s = ops::broadcast_to(src, ops::broadcast_shapes("copy_", shape(), src.shape()));
-  HG_CHECK(s.shape() == shape(), "copy_: source {} cannot be broadcast to {}", src.describe(), describe());
   // copy_ is the one in-place op that may cross devices.
-  HG_CHECK(!autograd::grad_enabled() || !requires_grad(),
-           "copy_: a tensor that requires grad ({}) cannot be changed in place while grad mode is on. Wrap the "
-           "update in `halfgrad::no_grad guard;`.",
-           describe());
-  kernels::copy(*this, s);
-  bump_version();
+  dispatch::inplace(
+      "copy", *this, {src},
+      [&] {
+        // the same elements: nothing to do (and memcpy must not overlap), as in PyTorch
+        if (src.dtype() == dtype() && ops::overlap(*this, src) == ops::Overlap::Full) return;
+        kernels::copy(*this, ops::broadcast_to(src, shape()));
+      },
+      {.any_device = true});
   return *this;
 }
 
@@ -285,7 +295,12 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
                "cat: sizes must match except in dimension {}: {} and {}", dim, first.describe(), t.describe());
   }
   std::vector<int64_t> sizes;
-  for (const auto& t : tensors) sizes.push_back(t.shape()[dim]);
+  int64_t total = 0;
+  for (const auto& t : tensors) {
+    sizes.push_back(t.shape()[dim]);
+    HG_CHECK(!__builtin_add_overflow(total, sizes.back(), &total),
+             "cat: the sizes along dimension {} add up to more than int64 can hold", dim);
+  }
   return dispatch::call(
       "cat", tensors,
       [dim](const std::vector<Tensor>& in) {

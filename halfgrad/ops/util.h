@@ -12,8 +12,25 @@ int64_t wrap_dim(std::string_view op, int64_t dim, int64_t ndim);
 std::vector<int64_t> normalize_dims(std::string_view op, const Shape& dims, int64_t ndim);
 // PyTorch broadcasting of two shapes, or an Error naming the op and both shapes.
 Shape broadcast_shapes(std::string_view op, const Shape& a, const Shape& b);
-// A stride-0 view of `t` with `shape` (no autograd; for use inside kernels' callers).
+// PyTorch's rule for an operand of an in-place op (and addmm's bias, expand):
+// `from` must broadcast TO `to`, i.e. broadcast_shapes(to, from) is `to`. Else
+// an Error naming the op, `what` the operand is, both shapes and `remedy`.
+void check_broadcasts_to(std::string_view op, std::string_view what, const Shape& from, const Shape& to,
+                         std::string_view remedy = "");
+// A stride-0 view of `t` with `shape`, which t's shape must broadcast to (no
+// autograd; for use inside kernels' callers).
 Tensor broadcast_to(const Tensor& t, const Shape& shape);
+// Memory overlap, by PyTorch's rules (ATen's MemoryOverlap): cheap checks
+// that catch the common cases and answer TooHard for the rest.
+enum class Overlap { No, Full, Partial, TooHard };
+// Whether the elements of `t` tile one block of memory exactly (any dim order).
+bool non_overlapping_and_dense(const Tensor& t);
+// Two elements of `t` on one memory location: a stride-0 dim of size > 1.
+bool has_internal_overlap(const Tensor& t);
+// Full: the same elements in the same layout; Partial: dense views whose memory
+// ranges intersect otherwise; TooHard: one of them is not dense.
+Overlap overlap(const Tensor& a, const Tensor& b);
+
 // A 0-d tensor holding `value`, in `dtype` on `device`.
 Tensor scalar_tensor(double value, DType dtype, Device device);
 // The one-dtype rule for ops like matmul and linear: all floating inputs must

@@ -140,6 +140,19 @@ TEST_CASE("addmm: bias broadcast, alpha and beta", "[ops][linalg]") {
       }
 }
 
+TEST_CASE("addmm: the bias must broadcast to the output shape", "[ops][linalg][errors]") {
+  // PyTorch expands self to [m, n]: a [5, 1, 4] bias wrote out of bounds here,
+  // a [2, 4] bias for a [1, 4] output silently used its row 0.
+  for (const Shape& bias_shape : {Shape{5, 1, 4}, Shape{2, 4}, Shape{3}, Shape{1, 1, 4}}) {
+    INFO("bias " << shape_str(bias_shape));
+    const auto r = hgtest::run_in_child([&] { (void)addmm(zeros(bias_shape), ones({1, 3}), ones({3, 4})); });
+    INFO(r.describe());
+    CHECK(r.threw_error);
+    CHECK_THAT(r.message, Contains("addmm") && Contains(shape_str(bias_shape)) && Contains("[1, 4]"));
+  }
+  CHECK(values(addmm(ones({1, 1}), ones({2, 3}), ones({3, 4}))) == std::vector<double>(8, 4.0));
+}
+
 TEST_CASE("linear: with and without bias, 2-d and 3-d input", "[ops][linalg]") {
   for (DType dt : hgtest::kFloatDTypes)
     for (const Shape& xs : {Shape{5, 7}, Shape{2, 3, 7}, Shape{7}, Shape{1, 7}})
