@@ -5,6 +5,7 @@
 #include <limits>
 #include <memory>
 
+#include <halfgrad/autograd/grad_mode.h>
 #include <halfgrad/ops/dispatch.h>
 #include <halfgrad/ops/kernels.h>
 #include <halfgrad/ops/ops.h>
@@ -134,6 +135,11 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
       Save::Inputs);
 }
 
+namespace {
+// The dtype a loss computes in: float32 for the half types, else its own.
+DType compute_dtype(DType dt) { return dt == DType::Float16 || dt == DType::BFloat16 ? DType::Float32 : dt; }
+}  // namespace
+
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
   HG_CHECK(is_floating(input.dtype()) && is_floating(target.dtype()),
            "mse_loss: input {} and target {} must be floating", input.describe(), target.describe());
@@ -145,17 +151,22 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
   const DType dt = promote_types(input.dtype(), target.dtype());
   return dispatch::call(
       "mse_loss", {input.to(dt), target.to(dt)},
-      [reduction](const std::vector<Tensor>& in) {
-        const Tensor d = sub(in[0], in[1]);
+      // Half inputs compute in float32 and round once at the end: the
+      // difference, its square and the 2/n factor never round to the half type.
+      [reduction, dt](const std::vector<Tensor>& in) {
+        const DType wide = compute_dtype(dt);
+        const Tensor d = sub(in[0].to(wide), in[1].to(wide));
         const Tensor sq = mul(d, d);
-        return reduction == Reduction::None ? sq : (reduction == Reduction::Sum ? sum(sq) : mean(sq));
+        return (reduction == Reduction::None ? sq : (reduction == Reduction::Sum ? sum(sq) : mean(sq))).to(dt);
       },
-      [reduction](const Saved& s, const Tensor& g) -> Grads {
-        const Tensor d = sub(s.input(0), s.input(1));
+      [reduction, dt](const Saved& s, const Tensor& g) -> Grads {
+        const DType wide = compute_dtype(dt);
+        const Tensor d = sub(s.input(0).to(wide), s.input(1).to(wide));
         double scale = 2.0;
         if (reduction == Reduction::Mean) scale /= static_cast<double>(d.numel());
-        const Tensor gd = mul(mul(d, scale), reduction == Reduction::None ? g : ops::broadcast_to(g, d.shape()));
-        return {gd, neg(gd)};
+        const Tensor gw = g.to(wide);
+        const Tensor gd = mul(mul(d, scale), reduction == Reduction::None ? gw : ops::broadcast_to(gw, d.shape()));
+        return {gd.to(dt), neg(gd).to(dt)};
       },
       Save::Inputs);
 }
@@ -179,8 +190,26 @@ void check_same_shape(std::string_view op, const Tensor& input, const Tensor& ta
 }
 }  // namespace
 
+namespace {
+// PyTorch's check, on CPU tensors (host memory: no sync). On CUDA it would cost
+// a device sync per call, so there an input outside [0, 1] gives NaN (PyTorch
+// raises a device-side assert, which ends the process).
+void check_probabilities(const Tensor& probs) {
+  if (!probs.device().is_cpu() || probs.numel() == 0) return;
+  NoGradGuard no_grad;
+  const Tensor p = probs.to(DType::Float64);
+  auto count = [](const Tensor& b) { return sum(b.to(DType::Int64)).item<int64_t>(); };
+  const int64_t bad = count(lt(p, 0.0)) + count(gt(p, 1.0)) + count(ne(p, p));  // NaN too
+  HG_CHECK(bad == 0,
+           "binary_cross_entropy: all elements of input should be between 0 and 1 ({} of {} are not, in {}); "
+           "pass probabilities (e.g. sigmoid(logits)), or better binary_cross_entropy_with_logits on the logits",
+           bad, probs.numel(), probs.describe());
+}
+}  // namespace
+
 Tensor binary_cross_entropy(const Tensor& probs, const Tensor& target, Reduction reduction) {
   check_same_shape("binary_cross_entropy", probs, target);
+  check_probabilities(probs);
   const DType dt = promote_types(probs.dtype(), target.dtype());
   return dispatch::call(
       "binary_cross_entropy", {probs.to(dt), target.to(dt)},
@@ -197,7 +226,10 @@ Tensor binary_cross_entropy(const Tensor& probs, const Tensor& target, Reduction
         // (p - t) / max(p (1 - p), 1e-12)
         const Tensor one = ops::scalar_tensor(1.0, p.dtype(), p.device());
         const Tensor denom = clamp(mul(p, sub(one, p)), 1e-12, std::nullopt);
-        return {mul(div(sub(p, t), denom), elementwise_grad(g, reduction, p.shape())), Tensor()};
+        const Tensor ge = elementwise_grad(g, reduction, p.shape());
+        // d/dt = log(1 - p) - log(p), unclamped (PyTorch's target backward)
+        const Tensor gt = s.needs_grad[1] ? mul(sub(log(sub(one, p)), log(p)), ge) : Tensor();
+        return {s.needs_grad[0] ? mul(div(sub(p, t), denom), ge) : Tensor(), gt};
       },
       Save::Inputs);
 }
@@ -216,7 +248,8 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
       },
       [reduction](const Saved& s, const Tensor& g) -> Grads {
         const Tensor &x = s.input(0), &t = s.input(1);
-        return {mul(sub(sigmoid(x), t), elementwise_grad(g, reduction, x.shape())), Tensor()};
+        const Tensor ge = elementwise_grad(g, reduction, x.shape());
+        return {s.needs_grad[0] ? mul(sub(sigmoid(x), t), ge) : Tensor(), s.needs_grad[1] ? mul(neg(x), ge) : Tensor()};
       },
       Save::Inputs);
 }

@@ -200,3 +200,55 @@ TEST_CASE("dropout: training zeroes about p and scales by 1/(1-p) and eval is th
   REQUIRE_THROWS_WITH(dropout(x, 1.5, true), Contains("dropout") && Contains("1.5"));
   REQUIRE_THROWS_AS(dropout(x, -0.1, true), Error);
 }
+
+TEST_CASE("binary_cross_entropy(_with_logits): the target's gradient, as PyTorch", "[ops][loss]") {
+  // PyTorch 1.13 (float64): d/dt BCE(p, t) = (log(1 - p) - log(p)) / n, d/dt BCE_logits(x, t) = -x / n
+  const Tensor p = hgtest::make({0.2, 0.7, 0.5}, {3}, float64);
+  Tensor t = hgtest::make({0.3, 0.9, 0.5}, {3}, float64).requires_grad_(true);
+  binary_cross_entropy(p, t).backward();
+  const auto gt = values(t.grad());
+  for (size_t i = 0; i < 3; ++i) {
+    const double pi = values(p)[i];
+    CHECK(gt[i] == Approx((std::log(1 - pi) - std::log(pi)) / 3).epsilon(1e-12));
+  }
+  const Tensor x = hgtest::make({0.5, -2.0}, {2}, float64);
+  Tensor t2 = hgtest::make({0.3, 0.9}, {2}, float64).requires_grad_(true);
+  binary_cross_entropy_with_logits(x, t2).backward();
+  CHECK(values(t2.grad()) == std::vector<double>{-0.25, 1.0});
+  // both at once: the input's gradient is unchanged
+  Tensor p2 = hgtest::make({0.2, 0.7}, {2}, float64).requires_grad_(true);
+  Tensor t3 = hgtest::make({0.3, 0.9}, {2}, float64).requires_grad_(true);
+  binary_cross_entropy(p2, t3, Reduction::Sum).backward();
+  CHECK(values(p2.grad())[0] == Approx((0.2 - 0.3) / (0.2 * 0.8)).epsilon(1e-12));
+  CHECK(values(t3.grad())[1] == Approx(std::log(0.3) - std::log(0.7)).epsilon(1e-12));
+}
+
+TEST_CASE("binary_cross_entropy refuses probabilities outside [0, 1] (CPU)", "[ops][loss][errors]") {
+  const Tensor t = ones({2});
+  REQUIRE_THROWS_WITH(binary_cross_entropy(hgtest::make({0.5, 1.5}, {2}, float32), t),
+                      Contains("between 0 and 1") && Contains("with_logits"));
+  REQUIRE_THROWS_AS(binary_cross_entropy(hgtest::make({-0.1, 0.5}, {2}, float32), t), Error);
+  REQUIRE_THROWS_AS(binary_cross_entropy(hgtest::make({std::nan(""), 0.5}, {2}, float32), t), Error);
+  CHECK_NOTHROW(binary_cross_entropy(hgtest::make({0.0, 1.0}, {2}, float32), t));
+}
+
+TEST_CASE("mse_loss in a half dtype computes in float32 and rounds once", "[ops][loss]") {
+  // n = 30: 2/n rounded to bfloat16 would scale every gradient by 1.0034.
+  std::vector<double> a, b;
+  for (int i = 0; i < 30; ++i) {
+    a.push_back(hgtest::round_to(0.1 * i - 1.3, bfloat16));
+    b.push_back(hgtest::round_to(0.07 * i * i / 30.0, bfloat16));
+  }
+  Tensor x = hgtest::make(a, {30}, bfloat16).requires_grad_(true);
+  const Tensor y = hgtest::make(b, {30}, bfloat16);
+  const Tensor loss = mse_loss(x, y);
+  double ref = 0;
+  for (int i = 0; i < 30; ++i) ref += (a[i] - b[i]) * (a[i] - b[i]);
+  CHECK(loss.item<double>() == hgtest::round_to(ref / 30, bfloat16));
+  loss.backward();
+  const auto g = values(x.grad());
+  for (int i = 0; i < 30; ++i) {
+    INFO("i = " << i);
+    CHECK(g[i] == hgtest::round_to(static_cast<double>(2.0f / 30.0f * static_cast<float>(a[i] - b[i])), bfloat16));
+  }
+}
