@@ -189,3 +189,16 @@ TEST_CASE("init functions fill with the documented bounds and constants", "[nn]"
   for (double v : values(w)) var += v * v / static_cast<double>(w.numel());
   CHECK(var == Approx(2.0 / 32).epsilon(0.1));
 }
+
+TEST_CASE("Linear with zero in or out features, and an empty batch, as PyTorch", "[nn][empty]") {
+  hg::nn::Linear none_in(0, 3);  // PyTorch: a zero bias (its init bound is 0 for fan_in 0)
+  CHECK(none_in.weight.shape() == hg::Shape{3, 0});
+  CHECK(hgtest::values(none_in(hg::zeros({5, 0}))) == std::vector<double>(15, 0.0));
+  hg::nn::Linear none_out(3, 0);
+  CHECK(none_out(hg::zeros({5, 3})).shape() == hg::Shape{5, 0});
+  hg::nn::Linear l(3, 2);
+  hg::Tensor x = hg::zeros({0, 3}).requires_grad_(true);
+  hg::sum(l(x)).backward();
+  CHECK(hgtest::values(l.weight.grad()) == std::vector<double>(6, 0.0));
+  CHECK(x.grad().shape() == hg::Shape{0, 3});
+}

@@ -127,3 +127,22 @@ TEST_CASE("the cast op between all dtypes", "[ops][cast]") {
   // bool from NaN is true (x != 0)
   CHECK(values(hgtest::make({NAN}, {1}, float32).to(boolean))[0] == 1.0);
 }
+
+TEST_CASE("a size-0 dim anywhere: the tensor is contiguous and every op handles it as PyTorch", "[shape][empty]") {
+  for (const Shape& s : std::vector<Shape>{{2, 0}, {0, 3}, {2, 0, 3}, {0}}) {
+    INFO(shape_str(s));
+    const Tensor x = randn(s);
+    CHECK(x.is_contiguous());
+    CHECK(x.view({-1}).shape() == Shape{0});
+    CHECK(x.reshape({0, 7}).shape() == Shape{0, 7});
+    CHECK(relu(x).shape() == s);
+    CHECK(add(x, ones({1})).shape() == s);
+    CHECK(sum(x).item<double>() == 0.0);
+    CHECK(std::isnan(mean(x).item<double>()));
+  }
+  CHECK(zeros({2, 0}).t().contiguous().shape() == Shape{0, 2});
+  CHECK(values(sum(zeros({2, 0}), {1})) == std::vector<double>{0, 0});
+  CHECK(values(mm(zeros({2, 0}), zeros({0, 3}))) == std::vector<double>(6, 0.0));  // an empty inner dim sums to 0
+  CHECK(softmax(zeros({0, 4}), 1).shape() == Shape{0, 4});
+  CHECK(std::isnan(cross_entropy(zeros({0, 4}), zeros({0}, int64)).item<double>()));  // PyTorch: nan
+}
