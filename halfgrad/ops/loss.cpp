@@ -153,14 +153,14 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
       "mse_loss", {input.to(dt), target.to(dt)},
       // Half inputs compute in float32 and round once at the end: the
       // difference, its square and the 2/n factor never round to the half type.
-      [reduction, dt](const std::vector<Tensor>& in) {
-        const DType wide = compute_dtype(dt);
+      [reduction](const std::vector<Tensor>& in) {
+        const DType dt = in[0].dtype(), wide = compute_dtype(dt);  // after autocast (mse_loss: fp32)
         const Tensor d = sub(in[0].to(wide), in[1].to(wide));
         const Tensor sq = mul(d, d);
         return (reduction == Reduction::None ? sq : (reduction == Reduction::Sum ? sum(sq) : mean(sq))).to(dt);
       },
-      [reduction, dt](const Saved& s, const Tensor& g) -> Grads {
-        const DType wide = compute_dtype(dt);
+      [reduction](const Saved& s, const Tensor& g) -> Grads {
+        const DType dt = s.input(0).dtype(), wide = compute_dtype(dt);
         const Tensor d = sub(s.input(0).to(wide), s.input(1).to(wide));
         double scale = 2.0;
         if (reduction == Reduction::Mean) scale /= static_cast<double>(d.numel());
