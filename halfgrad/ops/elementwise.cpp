@@ -44,6 +44,7 @@ Tensor binary_kernel(BinaryOp op, const Tensor& a, const Tensor& b, const Shape&
 
 Tensor binary_op(std::string_view name, BinaryOp op, const Tensor& a0, const Tensor& b0, bool needs_float,
                  double alpha, dispatch::Backward backward, Save save) {
+  ops::check_defined(name, {{"input", &a0}, {"other", &b0}});
   auto [a, b] = promoted(a0, b0, needs_float);
   const Shape shape = ops::broadcast_shapes(name, a.shape(), b.shape());
   return dispatch::call(
@@ -54,6 +55,7 @@ Tensor binary_op(std::string_view name, BinaryOp op, const Tensor& a0, const Ten
 
 Tensor unary_op(std::string_view name, UnaryOp op, const Tensor& a0, dispatch::Backward backward, Save save,
                 kernels::UnaryParams p = {}, bool needs_float = true) {
+  ops::check_defined(name, {{"input", &a0}});
   const Tensor a = needs_float && !is_floating(a0.dtype()) ? a0.to(DType::Float32) : a0;
   return dispatch::call(
       name, {a},
@@ -66,6 +68,7 @@ Tensor unary_op(std::string_view name, UnaryOp op, const Tensor& a0, dispatch::B
 }
 
 Tensor compare_op(std::string_view name, BinaryOp op, const Tensor& a0, const Tensor& b0) {
+  ops::check_defined(name, {{"input", &a0}, {"other", &b0}});
   auto [a, b] = promoted(a0, b0, false);
   const Shape shape = ops::broadcast_shapes(name, a.shape(), b.shape());
   return dispatch::call_nograd(name, {a, b}, [op, shape](const std::vector<Tensor>& in) {
@@ -89,6 +92,7 @@ Tensor tie_split_grad(const Tensor& g, const Tensor& wins, const Tensor& ties) {
 
 // ---- arithmetic ----------------------------------------------------------------
 Tensor add(const Tensor& a, const Tensor& b, double alpha) {
+  ops::check_defined("add", {{"input", &a}, {"other", &b}});
   const Shape sa = a.shape(), sb = b.shape();
   return binary_op("add", BinaryOp::Add, a, b, false, alpha,
                    [sa, sb, alpha](const Saved&, const Tensor& g) -> Grads {
@@ -98,6 +102,7 @@ Tensor add(const Tensor& a, const Tensor& b, double alpha) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b, double alpha) {
+  ops::check_defined("sub", {{"input", &a}, {"other", &b}});
   const Shape sa = a.shape(), sb = b.shape();
   return binary_op("sub", BinaryOp::Sub, a, b, false, alpha,
                    [sa, sb, alpha](const Saved&, const Tensor& g) -> Grads {
@@ -107,6 +112,7 @@ Tensor sub(const Tensor& a, const Tensor& b, double alpha) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
+  ops::check_defined("mul", {{"input", &a}, {"other", &b}});
   return binary_op("mul", BinaryOp::Mul, a, b, false, 1.0,
                    [](const Saved& s, const Tensor& g) -> Grads {
                      const Tensor &x = s.input(0), &y = s.input(1);
@@ -116,6 +122,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
+  ops::check_defined("div", {{"input", &a}, {"other", &b}});
   return binary_op("div", BinaryOp::Div, a, b, true, 1.0,
                    [](const Saved& s, const Tensor& g) -> Grads {
                      const Tensor &x = s.input(0), &y = s.input(1);
@@ -126,6 +133,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
 }
 
 Tensor pow(const Tensor& a, const Tensor& b) {
+  ops::check_defined("pow", {{"input", &a}, {"other", &b}});
   return binary_op("pow", BinaryOp::Pow, a, b, true, 1.0,
                    [](const Saved& s, const Tensor& g) -> Grads {
                      const Tensor &x = s.input(0), &y = s.input(1);
@@ -139,6 +147,7 @@ Tensor pow(const Tensor& a, const Tensor& b) {
 }
 
 Tensor maximum(const Tensor& a, const Tensor& b) {
+  ops::check_defined("maximum", {{"input", &a}, {"other", &b}});
   return binary_op("maximum", BinaryOp::Maximum, a, b, false, 1.0,
                    [](const Saved& s, const Tensor& g) -> Grads {
                      const Tensor &x = s.input(0), &y = s.input(1);
@@ -149,6 +158,7 @@ Tensor maximum(const Tensor& a, const Tensor& b) {
 }
 
 Tensor minimum(const Tensor& a, const Tensor& b) {
+  ops::check_defined("minimum", {{"input", &a}, {"other", &b}});
   return binary_op("minimum", BinaryOp::Minimum, a, b, false, 1.0,
                    [](const Saved& s, const Tensor& g) -> Grads {
                      const Tensor &x = s.input(0), &y = s.input(1);

@@ -3,6 +3,7 @@
 // mm, bmm, addmm and linear are ops with their own GEMM
 // call and backward; matmul is composite (PyTorch's shape rules on top of
 // mm/bmm) but still one dispatcher entry, so autocast sees "matmul".
+#include <iterator>
 #include <memory>
 
 #include <halfgrad/ops/dispatch.h>
@@ -31,6 +32,7 @@ Tensor gemm_new(const Tensor& a, const Tensor& b, const Shape& shape, const Tens
 }  // namespace
 
 Tensor mm(const Tensor& a, const Tensor& b) {
+  ops::check_defined("mm", {{"input", &a}, {"mat2", &b}});
   HG_CHECK(a.dim() == 2 && b.dim() == 2, "mm: expected 2-d tensors, got {} and {}", a.describe(), b.describe());
   HG_CHECK(a.shape()[1] == b.shape()[0], "mm: shapes {} and {} cannot be multiplied ({} != {})", shape_str(a.shape()),
            shape_str(b.shape()), a.shape()[1], b.shape()[0]);
@@ -48,6 +50,7 @@ Tensor mm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
+  ops::check_defined("bmm", {{"input", &a}, {"mat2", &b}});
   HG_CHECK(a.dim() == 3 && b.dim() == 3, "bmm: expected 3-d tensors, got {} and {}", a.describe(), b.describe());
   HG_CHECK(a.shape()[0] == b.shape()[0] && a.shape()[2] == b.shape()[1],
            "bmm: shapes {} and {} cannot be multiplied (batch {} vs {}, inner {} vs {})", shape_str(a.shape()),
@@ -67,6 +70,7 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, double beta, double alpha) {
+  ops::check_defined("addmm", {{"self (the bias)", &bias}, {"mat1", &a}, {"mat2", &b}});
   HG_CHECK(a.dim() == 2 && b.dim() == 2 && a.shape()[1] == b.shape()[0],
            "addmm: shapes {} and {} cannot be multiplied", shape_str(a.shape()), shape_str(b.shape()));
   check_float("addmm", a);
@@ -98,7 +102,10 @@ Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, double beta, 
 // activation) ride in the GEMM's epilogue, and the backward is one call that
 // applies dReLU/dGELU, produces dx and dw, and reduces db.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {
+  ops::check_defined("linear", {{"input", &x}, {"weight", &weight}});
   static constexpr const char* kNames[] = {"linear", "linear_relu", "linear_gelu", "linear_gelu_tanh"};
+  HG_CHECK(static_cast<size_t>(act) < std::size(kNames), "linear: activation {} is not one of None, ReLU, GELU, GELUTanh",
+           static_cast<int>(act));
   const char* name = kNames[static_cast<int>(act)];
   HG_CHECK(weight.dim() == 2, "{}: weight must be 2-d [out_features, in_features], got {}", name, weight.describe());
   HG_CHECK(x.dim() >= 1 && x.shape().back() == weight.shape()[1],
@@ -157,6 +164,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  ops::check_defined("matmul", {{"input", &a}, {"other", &b}});
   HG_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need at least 1 dim, got {} and {}", a.describe(),
            b.describe());
   return dispatch::composite("matmul", {a, b}, [](const std::vector<Tensor>& in) -> Tensor {
@@ -178,7 +186,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     const Tensor a2 = a.dim() == 1 ? a.unsqueeze(0) : a;
     const Tensor b2 = b.dim() == 1 ? b.unsqueeze(1) : b;
     const Shape ba(a2.shape().begin(), a2.shape().end() - 2), bb(b2.shape().begin(), b2.shape().end() - 2);
-    const Shape batch = ops::broadcast_shapes("matmul", ba, bb);
+    const Shape batch = ops::broadcast_shapes(
+        fmt::format("matmul of {} and {}, batch dims", shape_str(a.shape()), shape_str(b.shape())), ba, bb);
     const int64_t m = a2.shape()[a2.dim() - 2], k = a2.shape().back(), n = b2.shape().back();
     HG_CHECK(b2.shape()[b2.dim() - 2] == k, "matmul: shapes {} and {} cannot be multiplied ({} != {})",
              shape_str(a.shape()), shape_str(b.shape()), k, b2.shape()[b2.dim() - 2]);

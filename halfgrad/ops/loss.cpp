@@ -22,6 +22,7 @@ namespace {
 // softmax over `dim`: the kernel works on the last dim of a contiguous
 // tensor, so other dims are moved last and back.
 Tensor softmax_impl(std::string_view name, const Tensor& a, int64_t dim, bool log) {
+  ops::check_defined(name, {{"input", &a}});
   HG_CHECK(is_floating(a.dtype()), "{}: input {} must be floating", name, a.describe());
   const int64_t d = ops::wrap_dim(name, dim, a.dim());
   const bool last = a.dim() == 0 || d == a.dim() - 1;
@@ -85,6 +86,7 @@ Tensor softmax(const Tensor& a, int64_t dim) { return softmax_impl("softmax", a,
 Tensor log_softmax(const Tensor& a, int64_t dim) { return softmax_impl("log_softmax", a, dim, true); }
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction, int64_t ignore_index) {
+  ops::check_defined("nll_loss", {{"input", &log_probs}, {"target", &target}});
   check_targets("nll_loss", log_probs, target);
   const int64_t n = log_probs.shape()[0];
   return dispatch::call(
@@ -107,6 +109,7 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reducti
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction, int64_t ignore_index) {
+  ops::check_defined("cross_entropy", {{"input", &logits}, {"target", &target}});
   check_targets("cross_entropy", logits, target);
   const int64_t n = logits.shape()[0];
   // log-probabilities computed in forward, kept for backward
@@ -141,6 +144,7 @@ DType compute_dtype(DType dt) { return dt == DType::Float16 || dt == DType::BFlo
 }  // namespace
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  ops::check_defined("mse_loss", {{"input", &input}, {"target", &target}});
   HG_CHECK(is_floating(input.dtype()) && is_floating(target.dtype()),
            "mse_loss: input {} and target {} must be floating", input.describe(), target.describe());
   ops::broadcast_shapes("mse_loss", input.shape(), target.shape());
@@ -208,6 +212,7 @@ void check_probabilities(const Tensor& probs) {
 }  // namespace
 
 Tensor binary_cross_entropy(const Tensor& probs, const Tensor& target, Reduction reduction) {
+  ops::check_defined("binary_cross_entropy", {{"input", &probs}, {"target", &target}});
   check_same_shape("binary_cross_entropy", probs, target);
   check_probabilities(probs);
   const DType dt = promote_types(probs.dtype(), target.dtype());
@@ -235,6 +240,7 @@ Tensor binary_cross_entropy(const Tensor& probs, const Tensor& target, Reduction
 }
 
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target, Reduction reduction) {
+  ops::check_defined("binary_cross_entropy_with_logits", {{"input", &logits}, {"target", &target}});
   check_same_shape("binary_cross_entropy_with_logits", logits, target);
   const DType dt = promote_types(logits.dtype(), target.dtype());
   return dispatch::call(

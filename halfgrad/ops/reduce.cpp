@@ -49,6 +49,7 @@ Tensor expand_grad(const Tensor& g, const Shape& in_shape, const std::vector<int
 }
 
 Tensor sum_impl(std::string_view name, ReduceOp op, const Tensor& a0, const Shape& dims_in, bool keepdim) {
+  ops::check_defined(name, {{"input", &a0}});
   const bool mean_op = op == ReduceOp::Mean;
   HG_CHECK(!mean_op || is_floating(a0.dtype()),
            "mean: input {} must be floating (mean of integers is not defined); cast it first, e.g. .to(float32)",
@@ -85,6 +86,7 @@ Tensor mean(const Tensor& a, const Shape& dims, bool keepdim) {
 }
 
 Tensor argmax(const Tensor& a, int64_t dim, bool keepdim) {
+  ops::check_defined("argmax", {{"input", &a}});
   HG_CHECK(a.dtype() != DType::Bool, "argmax: bool input {} is not supported", a.describe());
   const int64_t d = ops::wrap_dim("argmax", dim, a.dim());
   HG_CHECK(a.dim() == 0 || a.shape()[d] > 0, "argmax: dimension {} of {} is empty", d, a.describe());
@@ -97,6 +99,7 @@ Tensor argmax(const Tensor& a, int64_t dim, bool keepdim) {
 Tensor argmax(const Tensor& a) { return argmax(a.reshape({-1}), 0, false); }
 
 Tensor max(const Tensor& a, int64_t dim, bool keepdim) {
+  ops::check_defined("max", {{"input", &a}});
   HG_CHECK(a.dtype() != DType::Bool, "max: bool input {} is not supported", a.describe());
   const int64_t d = ops::wrap_dim("max", dim, a.dim());
   HG_CHECK(a.dim() == 0 || a.shape()[d] > 0, "max: dimension {} of {} is empty", d, a.describe());
@@ -121,6 +124,7 @@ Tensor max(const Tensor& a, int64_t dim, bool keepdim) {
 // The maximum of all elements. Its gradient is split evenly between tied
 // maxima, as PyTorch does for a full reduction (max(dim) picks one index).
 Tensor max(const Tensor& a) {
+  ops::check_defined("max", {{"input", &a}});
   HG_CHECK(a.numel() > 0, "max: input {} is empty", a.describe());
   HG_CHECK(a.dtype() != DType::Bool, "max: bool input {} is not supported", a.describe());
   const auto dims = ops::normalize_dims("max", {}, a.dim());
@@ -140,6 +144,8 @@ Tensor max(const Tensor& a) {
 
 Tensor sum_to(const Tensor& a, const Shape& shape) {
   if (a.shape() == shape) return a;
+  ops::check_broadcasts_to("sum_to", "the target shape", shape, a.shape(),
+                           "; sum_to reduces a tensor to a shape that broadcasts to it");
   const size_t lead = a.shape().size() - shape.size();
   Shape dims;
   for (size_t i = 0; i < a.shape().size(); ++i) {

@@ -24,34 +24,50 @@ Tensor make_view(std::string_view op, const Tensor& self, Shape shape, Shape str
 }
 }  // namespace
 
-Tensor Tensor::view(const Shape& new_shape) const {
+namespace {
+// view and reshape: the new shape (one -1 inferred) must hold the same
+// elements; errors name the op the user called.
+Shape resolve_shape(std::string_view op, const Tensor& self, const Shape& new_shape) {
   Shape shape = new_shape;
   int64_t infer = -1;
   for (size_t i = 0; i < shape.size(); ++i) {
-    HG_CHECK(shape[i] >= -1, "view: invalid shape {} (a size is negative; only one -1, inferred, is allowed)",
+    HG_CHECK(shape[i] >= -1, "{}: invalid shape {} (a size is negative; only one -1, inferred, is allowed)", op,
              shape_str(new_shape));
     if (shape[i] != -1) continue;
-    HG_CHECK(infer < 0, "view: only one dimension can be -1, got {}", shape_str(new_shape));
+    HG_CHECK(infer < 0, "{}: only one dimension can be -1, got {}", op, shape_str(new_shape));
     infer = static_cast<int64_t>(i);
     shape[i] = 1;
   }
-  const int64_t known = shape_numel(shape, "view");  // overflow is an Error
+  const int64_t known = shape_numel(shape, op);  // overflow is an Error
   if (infer >= 0) {
-    HG_CHECK(known != 0 && numel() % known == 0, "view: shape {} is invalid for {} ({} elements)",
-             shape_str(new_shape), describe(), numel());
-    shape[infer] = numel() / known;
+    HG_CHECK(known != 0 && self.numel() % known == 0, "{}: shape {} is invalid for {} ({} elements)", op,
+             shape_str(new_shape), self.describe(), self.numel());
+    shape[infer] = self.numel() / known;
   }
-  HG_CHECK(shape_numel(shape) == numel(), "view: shape {} is invalid for {} ({} elements)", shape_str(new_shape),
-           describe(), numel());
+  HG_CHECK(shape_numel(shape) == self.numel(), "{}: shape {} is invalid for {} ({} elements)", op,
+           shape_str(new_shape), self.describe(), self.numel());
+  return shape;
+}
+
+Tensor view_contiguous(const Tensor& self, const Shape& shape) {
+  const Shape in_shape = self.shape();
+  return make_view("view", self, shape, contiguous_strides(shape), self.offset(),
+                   [in_shape](const Saved&, const Tensor& g) -> Grads { return {g.reshape(in_shape)}; });
+}
+}  // namespace
+
+Tensor Tensor::view(const Shape& new_shape) const {
+  const Shape shape = resolve_shape("view", *this, new_shape);
   HG_CHECK(is_contiguous(),
            "view: {} is not contiguous, so it cannot be viewed as {}. Use reshape(), which copies when it must.",
            describe(), shape_str(new_shape));
-  Shape in_shape = this->shape();
-  return make_view("view", *this, shape, contiguous_strides(shape), offset(),
-                   [in_shape](const Saved&, const Tensor& g) -> Grads { return {g.reshape(in_shape)}; });
+  return view_contiguous(*this, shape);
 }
 
-Tensor Tensor::reshape(const Shape& shape) const { return is_contiguous() ? view(shape) : contiguous().view(shape); }
+Tensor Tensor::reshape(const Shape& new_shape) const {
+  const Shape shape = resolve_shape("reshape", *this, new_shape);
+  return view_contiguous(is_contiguous() ? *this : contiguous(), shape);
+}
 
 Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
   if (dim() == 0) return reshape({1});

@@ -28,6 +28,12 @@ std::vector<int64_t> normalize_dims(std::string_view op, const Shape& dims, int6
   return out;
 }
 
+void check_defined(std::string_view op, std::initializer_list<std::pair<std::string_view, const Tensor*>> args) {
+  for (const auto& [name, t] : args)
+    HG_CHECK(t->defined(), "{}: {} is an undefined tensor (default-constructed or moved-from); pass a tensor", op,
+             name);
+}
+
 Shape broadcast_shapes(std::string_view op, const Shape& a, const Shape& b) {
   const size_t n = std::max(a.size(), b.size());
   Shape out(n);

@@ -1,6 +1,8 @@
 #pragma once
 // Small helpers shared by the op files: dims, broadcasting, scalar operands.
+#include <initializer_list>
 #include <string_view>
+#include <utility>
 
 #include <halfgrad/core/tensor.h>
 
@@ -10,6 +12,9 @@ namespace halfgrad::ops {
 int64_t wrap_dim(std::string_view op, int64_t dim, int64_t ndim);
 // Sorted unique non-negative dims; empty input means all dims.
 std::vector<int64_t> normalize_dims(std::string_view op, const Shape& dims, int64_t ndim);
+// Each tensor is defined, or an Error naming the op and which argument is not
+// (a default-constructed or moved-from Tensor).
+void check_defined(std::string_view op, std::initializer_list<std::pair<std::string_view, const Tensor*>> args);
 // PyTorch broadcasting of two shapes, or an Error naming the op and both shapes.
 Shape broadcast_shapes(std::string_view op, const Shape& a, const Shape& b);
 // PyTorch's rule for an operand of an in-place op (and addmm's bias, expand):

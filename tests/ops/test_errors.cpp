@@ -8,6 +8,7 @@
 
 using namespace halfgrad;
 using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
 
 namespace {
 // A tensor that claims to live on cuda:0. There is no GPU here, so this is
@@ -214,4 +215,20 @@ TEST_CASE("arange with an infinite range raises halfgrad::Error", "[ops][errors]
   // larger than max_size()") escapes instead of an Error naming arange.
   REQUIRE_THROWS_AS(arange(0.0, INFINITY), Error);
   REQUIRE_THROWS_WITH(arange(0.0, INFINITY), Contains("arange"));
+}
+
+TEST_CASE("errors name the op the user called", "[errors]") {
+  const Tensor x = zeros({2, 3});
+  REQUIRE_THROWS_WITH(x.reshape({4, 2}), StartsWith("reshape:"));
+  REQUIRE_THROWS_WITH(x.view({4, 2}), StartsWith("view:"));
+  REQUIRE_THROWS_WITH(sum_to(x, {4}), StartsWith("sum_to:"));
+  REQUIRE_THROWS_WITH(add(Tensor(), ones({1})), StartsWith("add:") && Contains("undefined"));
+  REQUIRE_THROWS_WITH(relu(Tensor()), StartsWith("relu:") && Contains("undefined"));
+  REQUIRE_THROWS_WITH(mm(x, Tensor()), StartsWith("mm:") && Contains("mat2"));
+  REQUIRE_THROWS_WITH(sum(Tensor()), StartsWith("sum:"));
+  REQUIRE_THROWS_WITH(cross_entropy(x, Tensor()), StartsWith("cross_entropy:") && Contains("target"));
+  // batched matmul names the whole shapes, not only their batch dims
+  REQUIRE_THROWS_WITH(matmul(zeros({2, 3, 4}), zeros({3, 4, 6})), Contains("[2, 3, 4]") && Contains("[3, 4, 6]"));
+  // an Activation outside the enum is an Error, not a read past a table
+  REQUIRE_THROWS_WITH(linear(x, zeros({4, 3}), Tensor(), static_cast<Activation>(9)), Contains("activation 9"));
 }
