@@ -35,6 +35,20 @@ const Tensor& Saved::input(size_t i) const {
   return inputs[i].get(op);
 }
 
+Node::~Node() {
+  std::vector<std::shared_ptr<Node>> doomed;
+  auto take_edges = [&doomed](Node& n) {
+    for (auto& e : n.next)
+      if (e && e.use_count() == 1) doomed.push_back(std::move(e));  // last owner: free it here, later
+  };
+  take_edges(*this);
+  while (!doomed.empty()) {
+    std::shared_ptr<Node> n = std::move(doomed.back());
+    doomed.pop_back();
+    take_edges(*n);  // its edges come to us, so its own destructor finds none to free
+  }
+}
+
 Grads FunctionNode::apply(const Tensor& grad_output) {
   HG_CHECK(!released,
            "{} backward: trying to backward through the graph a second time (or to use saved tensors after "

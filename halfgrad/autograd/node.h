@@ -54,7 +54,9 @@ struct Node {
   std::string name;
   std::vector<std::shared_ptr<Node>> next;  // one per input; nullptr: no grad needed
   std::vector<InputMeta> input_meta;
-  virtual ~Node() = default;
+  // Frees the nodes it alone keeps alive one at a time, not recursively:
+  // a long chain (total = total + loss, 200k times) would overflow the stack.
+  virtual ~Node();
   virtual Grads apply(const Tensor& grad_output) = 0;
   virtual void release() {}  // free saved tensors once the graph has been run
 };
