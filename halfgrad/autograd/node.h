@@ -5,6 +5,7 @@
 // require grad end in an AccumulateGrad node that writes `.grad`.
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,7 @@ struct FunctionNode final : Node {
 // The end of the graph for a leaf: adds the incoming grad to `.grad`.
 struct AccumulateGrad final : Node {
   std::weak_ptr<TensorImpl> leaf;
+  std::mutex mutex;  // backward from several threads may reach one leaf (PyTorch locks here too)
   Grads apply(const Tensor& grad_output) override;
 };
 

@@ -53,3 +53,24 @@ TEST_CASE("a node shared by a dropped graph stays intact", "[autograd][engine][l
   for (double v : hgtest::values(x)) want.push_back(2 * std::exp(2 * v));
   HG_CHECK_CLOSE(x.grad(), want);
 }
+
+TEST_CASE("backward from two threads into one leaf adds every gradient", "[autograd][engine][threads]") {
+  // Each thread builds and runs its own graphs; only the leaf (and its
+  // AccumulateGrad node) is shared, as in PyTorch's multithreaded backward.
+  const auto r = hgtest::run_in_child([] {
+    constexpr int iters = 3000;
+    for (int round = 0; round < 3; ++round) {
+      Tensor x = ones({4}, TensorOptions().dtype(float64)).requires_grad_();
+      auto worker = [&x](double c) {
+        for (int i = 0; i < iters; ++i) mul(x, c).sum().backward();
+      };
+      std::thread t1(worker, 1.0), t2(worker, 2.0);
+      t1.join();
+      t2.join();
+      for (double g : hgtest::values(x.grad()))
+        HG_CHECK(g == 3.0 * iters, "round {}: accumulated grad {} (expected {})", round, g, 3.0 * iters);
+    }
+  });
+  INFO(r.describe());
+  CHECK(r.returned);
+}
