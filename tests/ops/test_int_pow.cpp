@@ -2,6 +2,8 @@
 // around like PyTorch's (two's complement), and PyTorch's errors.
 #include <catch2/catch.hpp>
 
+#include <halfgrad/ops/math.h>
+
 #include "test_util.h"
 
 using namespace halfgrad;
@@ -45,4 +47,16 @@ TEST_CASE("int64 pow by a fractional scalar gives float32, and scalar / int64 te
   const Tensor q = 1.0 / x;  // torch: 1.0 / tensor([4, 9]) is float32 [0.25, 0.1111]
   CHECK(q.dtype() == float32);
   HG_CHECK_CLOSE(q, (std::vector<double>{0.25, 1.0 / 9}));
+}
+
+TEST_CASE("the shared integer pow follows PyTorch's powi for negative exponents", "[ops][elementwise][int64][pow]") {
+  // torch.pow(torch.tensor([2, 1, -1, -1, 0]), torch.tensor([-1, -5, -3, -4, -1])) on int64 tensors
+  using halfgrad::math::pow_;
+  CHECK(pow_(int64_t{2}, int64_t{-1}) == 0);
+  CHECK(pow_(int64_t{1}, int64_t{-5}) == 1);
+  CHECK(pow_(int64_t{-1}, int64_t{-3}) == -1);
+  CHECK(pow_(int64_t{-1}, int64_t{-4}) == 1);
+  CHECK(pow_(int64_t{0}, int64_t{-1}) == 0);
+  CHECK(pow_(int64_t{-2}, INT64_MAX) == 0);
+  CHECK(pow_(int64_t{-1}, INT64_MIN) == 1);
 }
