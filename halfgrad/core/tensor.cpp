@@ -119,6 +119,23 @@ Tensor alias_with(const Tensor& base, Shape shape, Shape strides, int64_t offset
   return Tensor(std::move(impl));
 }
 
+void Tensor::set_grad(const Tensor& g) const {
+  if (g.defined()) {
+    HG_CHECK(g.impl_ != impl_, "set_grad: can't assign Variable as its own grad ({}); assign g.clone()", describe());
+    HG_CHECK(g.dtype() == dtype(),
+             "set_grad: assigned grad has data of a different type: {} for the tensor {}; convert it first with "
+             "g.to({})",
+             g.describe(), describe(), dtype_name(dtype()));
+    HG_CHECK(g.shape() == shape(), "set_grad: assigned grad has data of a different size: {} for the tensor {}",
+             g.describe(), describe());
+    HG_CHECK(g.device() == device(),
+             "set_grad: assigned grad has data located on a different device: {} for the tensor {}; move it "
+             "first with g.to({})",
+             g.describe(), describe(), device().str());
+  }
+  impl().grad = g.impl_;
+}
+
 Tensor Tensor::detach() const { return alias_with(*this, shape(), strides(), offset()); }
 
 template <typename T>
