@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
+#include <vector>
 
 #include <halfgrad/core/error.h>
 
@@ -28,7 +30,7 @@ struct State {
   DeviceState cpu{false, DType::BFloat16};
   DeviceState cuda{false, DType::Float16};
   bool cache_enabled = true;
-  int nesting = 0;    // open autocast regions (enabled or not)
+  std::vector<autocast*> guards;  // open autocast regions (enabled or not), outermost first
   int inner_ops = 0;  // >0 while inside an op's forward or a backward pass
   std::map<std::pair<const TensorImpl*, DType>, CacheEntry> cache;
 };
@@ -90,28 +92,57 @@ std::string dtype_list(const std::vector<Tensor>& ts) {
 
 }  // namespace
 
+namespace {
+autocast::Settings current() {
+  return {g.cpu.enabled, g.cuda.enabled, g.cache_enabled, g.cpu.dtype, g.cuda.dtype};
+}
+void set_current(const autocast::Settings& s) {
+  g.cpu = {s.cpu_enabled, s.cpu_dtype};
+  g.cuda = {s.cuda_enabled, s.cuda_dtype};
+  g.cache_enabled = s.cache_enabled;
+}
+}  // namespace
+
+autocast::Settings autocast::applied_to(Settings s) const {
+  (device_ == DeviceType::CPU ? s.cpu_enabled : s.cuda_enabled) = enabled_;
+  (device_ == DeviceType::CPU ? s.cpu_dtype : s.cuda_dtype) = dtype_;
+  s.cache_enabled = cache_enabled_;
+  return s;
+}
+
 autocast::autocast(DeviceType device_type, std::optional<DType> dtype, bool enabled, bool cache_enabled)
-    : device_(device_type) {
-  DeviceState& s = device_state(device_type);
-  prev_enabled_ = s.enabled;
-  prev_dtype_ = s.dtype;
-  prev_cache_enabled_ = g.cache_enabled;
-  const DType d = dtype.value_or(device_type == DeviceType::CUDA ? DType::Float16 : DType::BFloat16);
-  HG_CHECK(is_low_precision(d),
+    : device_(device_type),
+      enabled_(enabled),
+      dtype_(dtype.value_or(device_type == DeviceType::CUDA ? DType::Float16 : DType::BFloat16)),
+      cache_enabled_(cache_enabled),
+      prev_(current()) {
+  HG_CHECK(is_low_precision(dtype_),
            "autocast: dtype must be float16 or bfloat16 (the lower-precision dtype ops run in), got {}",
-           dtype_name(d));
-  s.enabled = enabled;
-  s.dtype = d;
-  g.cache_enabled = cache_enabled;
-  ++g.nesting;
+           dtype_name(dtype_));
+  set_current(applied_to(prev_));
+  g.guards.push_back(this);
 }
 
 autocast::~autocast() {
-  DeviceState& s = device_state(device_);
-  s.enabled = prev_enabled_;
-  s.dtype = prev_dtype_;
-  g.cache_enabled = prev_cache_enabled_;
-  if (--g.nesting == 0) g.cache.clear();  // the cache lives as long as the outermost region
+  auto& guards = g.guards;
+  const auto it = std::find(guards.begin(), guards.end(), this);
+  if (it == guards.end()) return;  // made on another thread: that thread's state is not ours to touch
+  if (it + 1 == guards.end()) {
+    set_current(prev_);
+  } else {
+    // Out of order: an inner guard is still open. Rebuild the state as if this
+    // one had never been opened: each inner guard now replaces what this one
+    // replaced, and the state is theirs on top of it. (Destructors must not
+    // throw, and std::optional guards are ordinary C++.)
+    Settings s = prev_;
+    for (auto j = it + 1; j != guards.end(); ++j) {
+      (*j)->prev_ = s;
+      s = (*j)->applied_to(s);
+    }
+    set_current(s);
+  }
+  guards.erase(it);
+  if (guards.empty()) g.cache.clear();  // the cache lives as long as the outermost region
 }
 
 bool is_autocast_enabled(DeviceType type) { return device_state(type).enabled; }

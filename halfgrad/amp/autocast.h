@@ -26,7 +26,10 @@ namespace halfgrad::amp {
 // RAII region. dtype defaults to float16 on CUDA, bfloat16 on the CPU.
 // `enabled=false` inside an enabled region turns autocast off there; leaving
 // a region restores the previous state exactly. The cast cache lives as long
-// as the outermost region.
+// as the outermost region. A guard destroyed while an inner one is still
+// alive (guards in std::optional) leaves the state the inner ones set, as if
+// it had never been opened; when the last goes, the state before the first
+// is back.
 class autocast {
  public:
   explicit autocast(DeviceType device_type, std::optional<DType> dtype = std::nullopt, bool enabled = true,
@@ -35,11 +38,19 @@ class autocast {
   autocast(const autocast&) = delete;
   autocast& operator=(const autocast&) = delete;
 
+  // The thread's whole autocast state (both device types and the cache flag).
+  struct Settings {
+    bool cpu_enabled, cuda_enabled, cache_enabled;
+    DType cpu_dtype, cuda_dtype;
+  };
+
  private:
+  Settings applied_to(Settings s) const;  // s with this guard's settings on top
   DeviceType device_;
-  bool prev_enabled_;
-  DType prev_dtype_;
-  bool prev_cache_enabled_;
+  bool enabled_;
+  DType dtype_;
+  bool cache_enabled_;
+  Settings prev_;  // what this guard replaced
 };
 
 // The decorator form: run `fn` under autocast whether or not the caller opened

@@ -1,5 +1,8 @@
 #include <halfgrad/amp/grad_scaler.h>
 
+#include <cmath>
+#include <limits>
+
 #include <halfgrad/amp/autocast.h>
 #include <halfgrad/amp/scaler_kernels.h>
 #include <halfgrad/autograd/grad_mode.h>
@@ -7,11 +10,41 @@
 
 namespace halfgrad::amp {
 
+namespace {
+
+// The scale lives in a float32 tensor and the optimizer multiplies by its
+// float32 inverse: both must be finite and nonzero, so S must round to a
+// normal float32 (1e-50 would become 0, and 0 turns every parameter into NaN).
+void check_scale(const char* where, const char* name, double s) {
+  const float f = static_cast<float>(s);
+  HG_CHECK(s > 0.0 && std::isfinite(s) && f >= std::numeric_limits<float>::min() && std::isfinite(f),
+           "{}: {} should be a positive finite float32 (between {:g} and {:g}), got {}", where, name,
+           std::numeric_limits<float>::min(), std::numeric_limits<float>::max(), s);
+}
+
+// One set of rules for the constructor and load_state_dict.
+void check_options(const char* where, const char* scale_name, const GradScalerOptions& o) {
+  check_scale(where, scale_name, o.init_scale);
+  HG_CHECK(o.growth_factor > 1.0 && std::isfinite(o.growth_factor),
+           "{}: growth_factor should be a finite number > 1, got {}", where, o.growth_factor);
+  HG_CHECK(o.backoff_factor > 0.0 && o.backoff_factor < 1.0,
+           "{}: backoff_factor should be in (0, 1), got {} (0 would make the scale 0 after an overflow)", where,
+           o.backoff_factor);
+  HG_CHECK(o.growth_interval > 0, "{}: growth_interval should be > 0, got {}", where, o.growth_interval);
+}
+
+// A state dict holds counts as doubles: check before converting (a NaN or
+// 1e300 converted to int64 is undefined behaviour).
+int64_t whole_number(const char* key, double v, double lo, double hi) {
+  HG_CHECK(std::isfinite(v) && std::floor(v) == v && v >= lo && v <= hi,
+           "GradScaler.load_state_dict: \"{}\" should be a whole number in [{}, {}], got {}", key, lo, hi, v);
+  return static_cast<int64_t>(v);
+}
+
+}  // namespace
+
 GradScaler::GradScaler(GradScalerOptions o) : options_(o) {
-  HG_CHECK(o.growth_factor > 1.0, "GradScaler: growth_factor should be > 1, got {}", o.growth_factor);
-  HG_CHECK(o.backoff_factor < 1.0, "GradScaler: backoff_factor should be < 1, got {}", o.backoff_factor);
-  HG_CHECK(o.growth_interval > 0, "GradScaler: growth_interval should be > 0, got {}", o.growth_interval);
-  HG_CHECK(o.init_scale > 0.0, "GradScaler: init_scale should be > 0, got {}", o.init_scale);
+  check_options("GradScaler", "init_scale", o);
 }
 
 void GradScaler::lazy_init(Device device) {
@@ -118,7 +151,7 @@ void GradScaler::update() {
 
 void GradScaler::update(double new_scale) {
   if (!options_.enabled) return;
-  HG_CHECK(new_scale > 0.0, "GradScaler.update: new_scale must be > 0, got {}", new_scale);
+  check_scale("GradScaler.update", "new_scale", new_scale);
   if (scale_.defined()) scale_.fill_(new_scale);
   else options_.init_scale = new_scale;
   per_optimizer_.clear();
@@ -151,11 +184,18 @@ void GradScaler::load_state_dict(const std::map<std::string, double>& state) {
            "disabled instance of GradScaler.");
   for (const char* key : {"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"})
     HG_CHECK(state.count(key), "GradScaler.load_state_dict: missing key \"{}\"", key);
-  options_.init_scale = state.at("scale");
-  options_.growth_factor = state.at("growth_factor");
-  options_.backoff_factor = state.at("backoff_factor");
-  options_.growth_interval = static_cast<int64_t>(state.at("growth_interval"));
-  init_growth_tracker_ = static_cast<int64_t>(state.at("_growth_tracker"));
+  // Everything is checked before anything changes.
+  GradScalerOptions o = options_;
+  o.init_scale = state.at("scale");
+  o.growth_factor = state.at("growth_factor");
+  o.backoff_factor = state.at("backoff_factor");
+  o.growth_interval = whole_number("growth_interval", state.at("growth_interval"), 1, 9.2e18);
+  check_options("GradScaler.load_state_dict", "scale", o);
+  // The tracker counts clean steps since the last growth: always below the interval.
+  const int64_t tracker = whole_number("_growth_tracker", state.at("_growth_tracker"), 0,
+                                       static_cast<double>(o.growth_interval - 1));
+  options_ = o;
+  init_growth_tracker_ = tracker;
   if (scale_.defined()) {  // else the first scale() creates them on the loss's device
     scale_.fill_(state.at("scale"));
     growth_tracker_.fill_(state.at("_growth_tracker"));

@@ -1,6 +1,7 @@
 // The backward engine: count how many edges lead into each node, then run
 // nodes in topological order (a node runs once all of its consumers have
 // delivered their gradients), summing gradients that meet at one node.
+#include <mutex>
 #include <unordered_map>
 
 #include <halfgrad/autograd/grad_mode.h>
@@ -35,6 +36,20 @@ const Tensor& Saved::input(size_t i) const {
   return inputs[i].get(op);
 }
 
+Node::~Node() {
+  std::vector<std::shared_ptr<Node>> doomed;
+  auto take_edges = [&doomed](Node& n) {
+    for (auto& e : n.next)
+      if (e && e.use_count() == 1) doomed.push_back(std::move(e));  // last owner: free it here, later
+  };
+  take_edges(*this);
+  while (!doomed.empty()) {
+    std::shared_ptr<Node> n = std::move(doomed.back());
+    doomed.pop_back();
+    take_edges(*n);  // its edges come to us, so its own destructor finds none to free
+  }
+}
+
 Grads FunctionNode::apply(const Tensor& grad_output) {
   HG_CHECK(!released,
            "{} backward: trying to backward through the graph a second time (or to use saved tensors after "
@@ -53,6 +68,7 @@ void FunctionNode::release() {
 Grads AccumulateGrad::apply(const Tensor& grad_output) {
   auto impl = leaf.lock();
   if (!impl) return {};
+  std::lock_guard<std::mutex> lock(mutex);
   const Tensor& g = grad_output;
   // The leaf owns its .grad: never alias a tensor someone else may still
   // hold (one grad can reach two leaves, e.g. from add), since the optimizer
@@ -72,6 +88,10 @@ std::shared_ptr<Node> gradient_edge(const Tensor& t) {
   if (!t.defined()) return nullptr;
   if (t.grad_fn()) return t.grad_fn();
   if (!t.requires_grad()) return nullptr;
+  // Graphs built in several threads may share a leaf: create its one
+  // accumulator under a lock.
+  static std::mutex accumulator_mutex;
+  std::lock_guard<std::mutex> lock(accumulator_mutex);
   auto* impl = t.unsafe_impl();
   if (!impl->grad_accumulator) {
     auto acc = std::make_shared<AccumulateGrad>();

@@ -5,6 +5,7 @@
 // require grad end in an AccumulateGrad node that writes `.grad`.
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -54,7 +55,9 @@ struct Node {
   std::string name;
   std::vector<std::shared_ptr<Node>> next;  // one per input; nullptr: no grad needed
   std::vector<InputMeta> input_meta;
-  virtual ~Node() = default;
+  // Frees the nodes it alone keeps alive one at a time, not recursively:
+  // a long chain (total = total + loss, 200k times) would overflow the stack.
+  virtual ~Node();
   virtual Grads apply(const Tensor& grad_output) = 0;
   virtual void release() {}  // free saved tensors once the graph has been run
 };
@@ -73,6 +76,7 @@ struct FunctionNode final : Node {
 // The end of the graph for a leaf: adds the incoming grad to `.grad`.
 struct AccumulateGrad final : Node {
   std::weak_ptr<TensorImpl> leaf;
+  std::mutex mutex;  // backward from several threads may reach one leaf (PyTorch locks here too)
   Grads apply(const Tensor& grad_output) override;
 };
 

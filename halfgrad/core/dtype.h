@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include <halfgrad/core/half.h>
+#include <halfgrad/core/macros.h>
 
 namespace halfgrad {
 
@@ -72,6 +73,22 @@ template <typename T> struct acc_type { using type = T; };
 template <> struct acc_type<Half> { using type = float; };
 template <> struct acc_type<BFloat16> { using type = float; };
 template <typename T> using acc_t = typename acc_type<T>::type;
+
+// Floating point to int64 with a defined result for every input (a plain
+// cast of NaN or of a value out of range is undefined behaviour): truncation
+// toward zero in range; NaN, +-inf and out-of-range values give INT64_MIN, as
+// PyTorch's CPU casts do on x86. Host and device: the CUDA kernels use it too.
+template <typename F>
+HG_INLINE int64_t float_to_int64(F x) {
+  return x >= F(-0x1p63) && x < F(0x1p63) ? static_cast<int64_t>(x) : (-9223372036854775807LL - 1);
+}
+// A bound (clamp's min/max) as int64: out of range saturates, so 1e30 means
+// "no upper bound" rather than a wrapped value.
+HG_INLINE int64_t saturate_to_int64(double x) {
+  if (x >= 0x1p63) return 9223372036854775807LL;
+  if (!(x >= -0x1p63)) return -9223372036854775807LL - 1;  // also NaN
+  return static_cast<int64_t>(x);
+}
 
 }  // namespace halfgrad
 

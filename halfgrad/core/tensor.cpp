@@ -4,6 +4,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cmath>
+#include <limits>
+
 #include <halfgrad/core/cuda/runtime.h>
 
 namespace halfgrad {
@@ -145,7 +148,37 @@ Tensor alias_with(const Tensor& base, Shape shape, Shape strides, int64_t offset
   return Tensor(std::move(impl));
 }
 
+void Tensor::set_grad(const Tensor& g) const {
+  if (g.defined()) {
+    HG_CHECK(g.impl_ != impl_, "set_grad: can't assign Variable as its own grad ({}); assign g.clone()", describe());
+    HG_CHECK(g.dtype() == dtype(),
+             "set_grad: assigned grad has data of a different type: {} for the tensor {}; convert it first with "
+             "g.to({})",
+             g.describe(), describe(), dtype_name(dtype()));
+    HG_CHECK(g.shape() == shape(), "set_grad: assigned grad has data of a different size: {} for the tensor {}",
+             g.describe(), describe());
+    HG_CHECK(g.device() == device(),
+             "set_grad: assigned grad has data located on a different device: {} for the tensor {}; move it "
+             "first with g.to({})",
+             g.describe(), describe(), device().str());
+  }
+  impl().grad = g.impl_;
+}
+
 Tensor Tensor::detach() const { return alias_with(*this, shape(), strides(), offset()); }
+
+namespace {
+// As PyTorch's checked_convert: a value outside the target type's range is an
+// Error (a floating target takes inf and NaN; int64 takes neither), instead
+// of a silent inf or an undefined conversion.
+void check_item_range(const Tensor& t, double v, double limit, bool floating, const char* type) {
+  const bool ok = floating ? !std::isfinite(v) || std::fabs(v) <= limit : v >= -limit && v < limit;
+  HG_CHECK(ok,
+           "item: value {} of {} cannot be converted to type {} without overflow; read it as item<double>() "
+           "instead",
+           v, t.describe(), type);
+}
+}  // namespace
 
 template <typename T>
 T Tensor::item() const {
@@ -153,7 +186,13 @@ T Tensor::item() const {
   Tensor host = device().is_cpu() ? *this : to(Device::cpu());
   // Read the one element in its own dtype, then convert like a C++ cast.
   return HG_DISPATCH_ALL(host.dtype(), "item", [&]() -> T {
-    return static_cast<T>(static_cast<acc_t<scalar_t>>(*static_cast<const scalar_t*>(host.data_ptr())));
+    using A = acc_t<scalar_t>;
+    const A v = static_cast<A>(*static_cast<const scalar_t*>(host.data_ptr()));
+    if constexpr (std::is_same_v<T, int64_t> && std::is_floating_point_v<A>)
+      check_item_range(*this, static_cast<double>(v), 0x1p63, false, "int64");
+    else if constexpr (std::is_same_v<T, float> && std::is_same_v<A, double>)
+      check_item_range(*this, v, std::numeric_limits<float>::max(), true, "float32");
+    return static_cast<T>(v);
   });
 }
 
@@ -162,8 +201,16 @@ template double Tensor::item<double>() const;
 template int64_t Tensor::item<int64_t>() const;
 template bool Tensor::item<bool>() const;
 template <>
-Half Tensor::item<Half>() const { return Half(item<float>()); }
+Half Tensor::item<Half>() const {
+  const double v = item<double>();
+  check_item_range(*this, v, 65504.0, true, "float16");
+  return Half(static_cast<float>(v));
+}
 template <>
-BFloat16 Tensor::item<BFloat16>() const { return BFloat16(item<float>()); }
+BFloat16 Tensor::item<BFloat16>() const {
+  const double v = item<double>();
+  check_item_range(*this, v, 0x1.fep127, true, "bfloat16");
+  return BFloat16(static_cast<float>(v));
+}
 
 }  // namespace halfgrad

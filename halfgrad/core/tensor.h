@@ -120,7 +120,9 @@ class Tensor {
   Tensor& requires_grad_(bool r = true);
   bool is_leaf() const { return impl().grad_fn == nullptr; }
   Tensor grad() const { return Tensor(impl().grad); }
-  void set_grad(const Tensor& g) const { impl().grad = g.impl_; }
+  // g (or undefined, to clear) must match this tensor's shape, dtype and
+  // device, as PyTorch checks at `x.grad = g`.
+  void set_grad(const Tensor& g) const;
   const std::shared_ptr<autograd::Node>& grad_fn() const { return impl().grad_fn; }
   // Backward from this tensor: a scalar needs no gradient, anything else does.
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;

@@ -64,13 +64,13 @@ Tensor& Module::register_parameter(const std::string& name, Tensor& param, bool 
     if (!param.is_leaf()) param = param.detach();
     if (requires_grad && param.is_floating_point()) param.requires_grad_(true);
   }
-  params_.push_back({name, &param, true});
+  params_.push_back({name, param, true});
   return param;
 }
 
 Tensor& Module::register_buffer(const std::string& name, Tensor& buffer, bool persistent) {
   check_new_name("register_buffer", name);
-  buffers_.push_back({name, &buffer, persistent});
+  buffers_.push_back({name, buffer, persistent});
   return buffer;
 }
 
@@ -108,8 +108,8 @@ std::vector<std::pair<std::string, Tensor>> Module::named_tensors(bool recurse, 
                                : std::vector<std::pair<std::string, Module*>>{{"", const_cast<Module*>(this)}};
   for (const auto& [prefix, m] : modules) {
     for (const auto& s : buffers ? m->buffers_ : m->params_) {
-      if (!s.tensor->defined() || !seen.insert(s.tensor->unsafe_impl()).second) continue;
-      out.emplace_back(join_key(prefix, s.name), *s.tensor);
+      if (!s.tensor.defined() || !seen.insert(s.tensor.unsafe_impl()).second) continue;
+      out.emplace_back(join_key(prefix, s.name), s.tensor);
     }
   }
   return out;
@@ -153,7 +153,7 @@ void Module::convert(std::optional<Device> device, std::optional<DType> dtype) {
   for (const auto& [prefix, m] : named_modules()) {
     for (auto* list : {&m->params_, &m->buffers_}) {
       for (auto& s : *list) {
-        Tensor& t = *s.tensor;
+        Tensor& t = s.tensor;
         if (!t.defined() || !done.insert(t.unsafe_impl()).second) continue;
         const Tensor moved = converted(t, device, dtype);
         if (!moved.is_same(t)) set_data(t, moved);
@@ -202,24 +202,24 @@ void Module::zero_grad(bool set_to_none) {
 
 // ---- state dicts -----------------------------------------------------------------------
 
-void Module::state_slots(const std::string& prefix, std::vector<std::pair<std::string, Tensor*>>& out) const {
+void Module::state_slots(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const {
   for (const auto& s : params_)
-    if (s.tensor->defined()) out.emplace_back(join_key(prefix, s.name), s.tensor);
+    if (s.tensor.defined()) out.emplace_back(join_key(prefix, s.name), s.tensor);
   for (const auto& s : buffers_)
-    if (s.persistent && s.tensor->defined()) out.emplace_back(join_key(prefix, s.name), s.tensor);
+    if (s.persistent && s.tensor.defined()) out.emplace_back(join_key(prefix, s.name), s.tensor);
   for (const auto& c : children_) c.module->state_slots(join_key(prefix, c.name), out);
 }
 
 StateDict Module::state_dict() const {
-  std::vector<std::pair<std::string, Tensor*>> slots;
+  std::vector<std::pair<std::string, Tensor>> slots;
   state_slots("", slots);
   StateDict out;
-  for (const auto& [key, t] : slots) out.insert(key, t->detach());
+  for (const auto& [key, t] : slots) out.insert(key, t.detach());
   return out;
 }
 
 LoadResult Module::load_state_dict(const StateDict& state, bool strict) {
-  std::vector<std::pair<std::string, Tensor*>> slots;
+  std::vector<std::pair<std::string, Tensor>> slots;
   state_slots("", slots);
 
   LoadResult result;
@@ -231,11 +231,11 @@ LoadResult Module::load_state_dict(const StateDict& state, bool strict) {
     const Tensor* src = state.find(key);
     if (!src) {
       result.missing_keys.push_back(key);
-    } else if (!src->defined() || src->shape() != t->shape()) {
+    } else if (!src->defined() || src->shape() != t.shape()) {
       size_mismatch = true;
       problems.push_back(fmt::format("size mismatch for \"{}\": the state dict has {}, the model has {}", key,
                                      src->defined() ? shape_str(src->shape()) : "an undefined tensor",
-                                     shape_str(t->shape())));
+                                     shape_str(t.shape())));
     }
   }
   for (const auto& [key, t] : state)
@@ -261,12 +261,12 @@ LoadResult Module::load_state_dict(const StateDict& state, bool strict) {
   }
 
   NoGradGuard no_grad;
-  for (const auto& [key, t] : slots) {
+  for (auto& [key, t] : slots) {
     const Tensor* src = state.find(key);
     // Loading a model's own state_dict back: the data is already there.
-    const bool same = src && src->storage() == t->storage() && src->offset() == t->offset() &&
-                      src->strides() == t->strides() && src->dtype() == t->dtype();
-    if (src && !same) t->copy_(*src);
+    const bool same = src && src->storage() == t.storage() && src->offset() == t.offset() &&
+                      src->strides() == t.strides() && src->dtype() == t.dtype();
+    if (src && !same) t.copy_(*src);
   }
   return result;
 }

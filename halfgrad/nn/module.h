@@ -3,7 +3,11 @@
 // registers its parameters, buffers and sub-modules by name; everything else
 // (parameters(), state_dict(), to(), train()/eval()) walks that registry.
 //
-// Registration stores pointers to the registered members, as in
+// A registered parameter or buffer is held by its own handle (sharing the
+// TensorImpl with the caller's, as in libtorch), so registering a local is
+// safe; the member and the module see the same tensor, but assigning another
+// tensor to the member afterwards does not change what the module holds.
+// Sub-modules are held by pointer to the member, as in
 //   struct MLP : hg::nn::Module {
 //     hg::nn::Linear linear1{10, 100};
 //     MLP() { register_module("linear1", linear1); }
@@ -44,7 +48,8 @@ class Module {
 
   // ---- registration: names are unique per module, non-empty, without '.' --
   // `param` becomes a leaf that requires grad (when floating and
-  // requires_grad); an undefined tensor is allowed and skipped until set.
+  // requires_grad); the module keeps a handle to the same tensor. An
+  // undefined tensor is allowed and skipped (it stays undefined).
   Tensor& register_parameter(const std::string& name, Tensor& param, bool requires_grad = true);
   // Buffers are state that is not trained (running statistics); a
   // non-persistent one stays out of state_dict.
@@ -113,7 +118,7 @@ class Module {
  private:
   struct TensorSlot {
     std::string name;
-    Tensor* tensor;
+    Tensor tensor;  // owned handle: valid whatever happens to the caller's
     bool persistent = true;
   };
   struct Child {
@@ -125,8 +130,8 @@ class Module {
   void add_child(const std::string& name, Module* child, std::shared_ptr<Module> owned);
   std::vector<std::pair<std::string, Tensor>> named_tensors(bool recurse, bool buffers) const;
   void convert(std::optional<Device> device, std::optional<DType> dtype);
-  // (key, slot) of every state_dict entry, in state_dict order.
-  void state_slots(const std::string& prefix, std::vector<std::pair<std::string, Tensor*>>& out) const;
+  // (key, handle) of every state_dict entry, in state_dict order.
+  void state_slots(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const;
   std::string repr_indented(int indent) const;
 
   std::vector<TensorSlot> params_;

@@ -176,8 +176,19 @@ Tensor div(const Tensor& a, double b) {
 }
 
 Tensor pow(const Tensor& a, double exponent) {
-  // an integer tensor to a non-negative integral power stays an integer tensor
-  const bool integral = !is_floating(a.dtype()) && exponent >= 0 && std::floor(exponent) == exponent;
+  // An integer tensor to an integral power stays an integer tensor; to a
+  // fractional (or infinite) one it becomes float32, as in PyTorch.
+  const bool integral = !is_floating(a.dtype()) && std::isfinite(exponent) && std::floor(exponent) == exponent;
+  if (integral) {
+    HG_CHECK(exponent >= 0,
+             "pow: Integers to negative integer powers are not allowed. (the {} tensor {} to the power {}); cast "
+             "it to a float dtype first, e.g. pow(t.to(float32), {})",
+             dtype_name(a.dtype()), a.describe(), exponent, exponent);
+    HG_CHECK(exponent < 9223372036854775808.0,
+             "pow: the exponent {} of the {} tensor {} does not fit in int64; cast the tensor to a float dtype "
+             "first",
+             exponent, dtype_name(a.dtype()), a.describe());
+  }
   return unary_op("pow", UnaryOp::PowScalar, a,
                   [exponent](const Saved& s, const Tensor& g) -> Grads {
                     if (exponent == 0.0) return {zeros_like(g)};  // d x^0 = 0, also at x = 0

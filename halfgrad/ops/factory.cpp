@@ -1,6 +1,8 @@
 // Factories: new tensors filled by a kernel. They have no inputs, so there is
 // nothing to autocast or record; `requires_grad` in the options makes a leaf.
 #include <cmath>
+#include <cstdint>
+#include <limits>
 
 #include <halfgrad/ops/kernels.h>
 #include <halfgrad/ops/ops.h>
@@ -13,6 +15,62 @@ Tensor finish(Tensor t, const TensorOptions& o) {
   return t;
 }
 TensorOptions plain(const TensorOptions& o) { return TensorOptions(o.dtype(), o.device()); }
+
+// Largest finite value and mantissa digits of a floating dtype.
+struct FloatLimits {
+  long double max;
+  int digits;
+};
+FloatLimits float_limits(DType dt) {
+  switch (dt) {
+    case DType::Float16: return {65504.0L, 11};
+    case DType::BFloat16: return {0x1.fep127L, 8};
+    case DType::Float32: return {std::numeric_limits<float>::max(), 24};
+    default: return {std::numeric_limits<double>::max(), 53};
+  }
+}
+
+// v as the kernels round it into dt (int64 -> double -> compute type -> dt),
+// held exactly (long double has a 64-bit mantissa on x86).
+long double rounded_in(DType dt, int64_t v) {
+  return HG_DISPATCH_FLOATING(dt, "randint", [&]() -> long double {
+    const scalar_t r = static_cast<scalar_t>(static_cast<acc_t<scalar_t>>(static_cast<double>(v)));
+    return static_cast<long double>(static_cast<acc_t<scalar_t>>(r));
+  });
+}
+
+// floor(log2(|x|)) for x != 0 (|x| in unsigned arithmetic: INT64_MIN too).
+int log2_magnitude(int64_t x) {
+  uint64_t v = x < 0 ? 0 - static_cast<uint64_t>(x) : static_cast<uint64_t>(x);
+  int n = 0;
+  while (v >>= 1) ++n;
+  return n;
+}
+
+// PyTorch's random_from_to for floating dtypes: `from` and `to - 1` must be
+// finite in the dtype; then move `to` down (and `from` up) until no draw can
+// round to `to` (bfloat16 holds 999 only as 1000: high 1000 becomes 996).
+void fit_range_to_float(DType dt, int64_t& low, int64_t& high) {
+  const FloatLimits lim = float_limits(dt);
+  HG_CHECK(low >= -lim.max && low <= lim.max, "randint: from ({}) is out of bounds for {} (largest finite value {})",
+           low, dtype_name(dt), static_cast<double>(lim.max));
+  HG_CHECK(high - 1 >= -lim.max && high - 1 <= lim.max,
+           "randint: to - 1 ({}) is out of bounds for {} (largest finite value {}); draw int64 and convert, or "
+           "use a wider dtype",
+           high - 1, dtype_name(dt), static_cast<double>(lim.max));
+  const long double low_plus_1 = rounded_in(dt, low + 1);
+  if (low_plus_1 < low) {
+    const int n = log2_magnitude(low + 1);
+    low = static_cast<int64_t>(low_plus_1 + std::ldexp(1.0L, n - lim.digits + 1));
+  }
+  const long double high_minus_1 = rounded_in(dt, high - 1);
+  if (high_minus_1 >= high) {
+    const int n = log2_magnitude(high - 1);
+    high = static_cast<int64_t>(high_minus_1 - std::ldexp(1.0L, n - lim.digits + 1));
+  }
+  HG_CHECK(low < high, "randint: low cast to {} ({}) must be less than high cast to {} ({})", dtype_name(dt), low,
+           dtype_name(dt), high);
+}
 
 template <typename T>
 Tensor from_values(const std::vector<T>& values, const Shape& shape, const TensorOptions& o) {
@@ -73,6 +131,7 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions o) {
   o = o.with_default_dtype(DType::Int64);
   HG_CHECK(low < high, "randint: low ({}) must be less than high ({})", low, high);
   HG_CHECK(o.dtype() != DType::Bool, "randint: dtype bool is not supported");
+  if (is_floating(o.dtype())) fit_range_to_float(o.dtype(), low, high);
   Tensor t = make_tensor(shape, plain(o));
   kernels::randint(t, low, high);
   return finish(t, o);

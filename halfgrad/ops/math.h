@@ -24,10 +24,17 @@ HG_MATH_FN(fabs_, fabsf, ::fabs)
 #undef HG_MATH_FN
 HG_INLINE float pow_(float x, float y) { return powf(x, y); }
 HG_INLINE double pow_(double x, double y) { return ::pow(x, y); }
+// PyTorch's powi: squaring in unsigned arithmetic, so overflow wraps around
+// (as PyTorch's results do) instead of being undefined; a negative exponent
+// gives 1 for 1, +-1 for -1 and 0 otherwise.
 HG_INLINE int64_t pow_(int64_t x, int64_t y) {
-  int64_t r = 1;
-  for (int64_t i = 0; i < y; ++i) r *= x;  // integer powers: small exponents only
-  return y < 0 ? 0 : r;
+  if (y < 0) return x == 1 ? 1 : x == -1 ? ((y & 1) ? -1 : 1) : 0;
+  uint64_t r = 1, base = static_cast<uint64_t>(x);
+  for (uint64_t e = static_cast<uint64_t>(y); e != 0; e >>= 1) {
+    if (e & 1) r *= base;
+    base *= base;
+  }
+  return static_cast<int64_t>(r);
 }
 
 template <typename T> HG_INLINE bool isnan_(T x) { return x != x; }

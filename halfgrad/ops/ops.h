@@ -143,7 +143,10 @@ inline Tensor operator/(const Tensor& a, double b) { return div(a, b); }
 inline Tensor operator+(double a, const Tensor& b) { return add(b, a); }
 inline Tensor operator-(double a, const Tensor& b) { return add(neg(b), a); }
 inline Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
-inline Tensor operator/(double a, const Tensor& b) { return mul(pow(b, -1.0), a); }
+// An integer b divides as float32 (true division, as PyTorch's 1.0 / t).
+inline Tensor operator/(double a, const Tensor& b) {
+  return mul(pow(is_floating(b.dtype()) ? b : b.to(DType::Float32), -1.0), a);
+}
 inline Tensor operator-(const Tensor& a) { return neg(a); }
 inline Tensor operator<(const Tensor& a, const Tensor& b) { return lt(a, b); }
 inline Tensor operator<=(const Tensor& a, const Tensor& b) { return le(a, b); }

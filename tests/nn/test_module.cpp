@@ -75,15 +75,16 @@ TEST_CASE("Module rejects duplicate, empty and dotted names", "[nn]") {
 
 TEST_CASE("A parameter shared by two modules is listed once", "[nn]") {
   struct Tied : hg::nn::Module {
-    hg::nn::Linear a{4, 4}, b{4, 4};
+    hg::nn::Linear a{4, 4};
+    hg::Tensor head;
     Tied() {
-      b.weight = a.weight;  // tie before registering the children
+      head = a.weight;  // tie: the same tensor, registered under two names
       register_module("a", a);
-      register_module("b", b);
+      register_parameter("head", head);
     }
   } tied;
-  CHECK(names(tied.named_parameters()) == std::vector<std::string>{"a.weight", "a.bias", "b.bias"});
-  CHECK(tied.state_dict().size() == 4);  // state_dict keeps both keys, as PyTorch's does
+  CHECK(names(tied.named_parameters()) == std::vector<std::string>{"head", "a.bias"});
+  CHECK(tied.state_dict().size() == 3);  // state_dict keeps both keys, as PyTorch's does
 }
 
 TEST_CASE("train() and eval() reach every sub-module and switch Dropout", "[nn]") {
@@ -182,4 +183,45 @@ TEST_CASE("repr shows the module tree as PyTorch prints it", "[nn]") {
         "  (linear2): Linear(in_features=100, out_features=10, bias=True)\n"
         ")");
   CHECK(hg::nn::Linear(2, 3, false).repr() == "Linear(in_features=2, out_features=3, bias=False)");
+}
+
+namespace {
+// Registers a tensor that lives only in this function (a misuse that used to
+// leave the module pointing at a dead stack slot).
+struct LocalParam : hg::nn::Module {
+  LocalParam() { add_local(); }
+  void add_local() {
+    hg::Tensor w = hg::full({64}, 2.0);
+    register_parameter("w", w);
+    hg::Tensor b = hg::full({8}, 1.0);
+    register_buffer("b", b);
+  }
+};
+void clobber_stack() {
+  volatile char junk[4096];
+  for (auto& c : junk) c = static_cast<char>(0x5a);
+}
+}  // namespace
+
+TEST_CASE("Module owns the handles it registers, so a registered local stays valid", "[nn][lifetime]") {
+  LocalParam m;
+  clobber_stack();  // reuse the stack where the locals were
+  const auto params = m.parameters();
+  REQUIRE(params.size() == 1);
+  CHECK(params[0].shape() == hg::Shape{64});
+  CHECK(params[0].requires_grad());
+  CHECK(hg::sum(params[0]).item<float>() == 128.0f);
+  REQUIRE(m.buffers().size() == 1);
+  CHECK(hg::sum(m.buffers()[0]).item<float>() == 8.0f);
+  m.to(hg::float64);
+  CHECK(m.parameters()[0].dtype() == hg::float64);
+  CHECK(m.state_dict().size() == 2);
+}
+
+TEST_CASE("A member registered in the constructor and the module share one tensor", "[nn][lifetime]") {
+  hg::nn::Linear fc{3, 2};
+  CHECK(fc.parameters()[0].is_same(fc.weight));
+  fc.to(hg::float64);  // converted in place: the member handle sees it
+  CHECK(fc.weight.dtype() == hg::float64);
+  CHECK(fc.parameters()[0].is_same(fc.weight));
 }

@@ -89,6 +89,8 @@ T convert(double v) {
     return v != 0.0;
   } else if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
     return T(static_cast<float>(v));  // core/half.h rounding, identical to the CPU backend
+  } else if constexpr (std::is_integral_v<T>) {
+    return float_to_int64(v);  // NaN and out of range defined, as the CPU backend
   } else {
     return static_cast<T>(v);
   }

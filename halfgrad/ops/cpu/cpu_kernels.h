@@ -28,7 +28,8 @@ void uniform(const Tensor& out, double low, double high);
 void normal(const Tensor& out, double mean, double std);
 void randint(const Tensor& out, int64_t low, int64_t high);
 
-// Element conversion as in PyTorch: through the compute type, bool is x != 0.
+// Element conversion as in PyTorch: through the compute type, bool is x != 0,
+// float to int64 by float_to_int64 (core/dtype.h).
 template <typename D, typename S>
 inline D convert(S x) {
   if constexpr (std::is_same_v<D, S>) {
@@ -37,6 +38,8 @@ inline D convert(S x) {
     return static_cast<acc_t<S>>(x) != acc_t<S>(0);
   } else if constexpr (std::is_same_v<D, Half> || std::is_same_v<D, BFloat16>) {
     return D(static_cast<float>(static_cast<acc_t<S>>(x)));
+  } else if constexpr (std::is_integral_v<D> && std::is_floating_point_v<acc_t<S>>) {
+    return float_to_int64(static_cast<acc_t<S>>(x));  // D is int64: NaN, inf, 1e30 are defined too
   } else {
     return static_cast<D>(static_cast<acc_t<S>>(x));
   }

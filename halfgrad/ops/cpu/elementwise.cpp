@@ -21,8 +21,10 @@ void unary(UnaryOp op, const Tensor& in, const Tensor& out, kernels::UnaryParams
     auto bound = [](double v, bool upper) -> acc {
       if constexpr (std::is_integral_v<acc>) {
         if (v != v) return upper ? std::numeric_limits<acc>::max() : std::numeric_limits<acc>::min();
+        return saturate_to_int64(v);  // 1e30 is no bound (a plain cast is undefined)
+      } else {
+        return static_cast<acc>(v);
       }
-      return static_cast<acc>(v);
     };
     const acc a = bound(p.a, false), b = bound(p.b, true);
     auto run = [&]<UnaryOp Op>() {

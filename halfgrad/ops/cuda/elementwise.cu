@@ -55,6 +55,7 @@ template <typename D, typename S>
 struct CastF {
   __device__ __forceinline__ acc_t<D> operator()(acc_t<S> x) const {
     if constexpr (std::is_same_v<D, bool>) return x != acc_t<S>(0);
+    else if constexpr (std::is_integral_v<D> && std::is_floating_point_v<acc_t<S>>) return float_to_int64(x);
     else return static_cast<acc_t<D>>(x);
   }
 };
@@ -80,8 +81,10 @@ void unary(UnaryOp op, const Tensor& in, const Tensor& out, kernels::UnaryParams
     auto bound = [](double v, bool upper) -> A {
       if constexpr (std::is_integral_v<A>) {
         if (v != v) return upper ? std::numeric_limits<A>::max() : std::numeric_limits<A>::min();
+        return saturate_to_int64(v);  // as the CPU: 1e30 is no bound, not undefined
+      } else {
+        return static_cast<A>(v);
       }
-      return static_cast<A>(v);
     };
     const A a = bound(p.a, false), b = bound(p.b, true);
     auto run = [&]<UnaryOp Op>() {
