@@ -5,6 +5,7 @@
 // same arithmetic that runs on the GPU.
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include <halfgrad/core/macros.h>
 #include <halfgrad/ops/kernels.h>
@@ -38,6 +39,23 @@ HG_INLINE int64_t pow_(int64_t x, int64_t y) {
 }
 
 template <typename T> HG_INLINE bool isnan_(T x) { return x != x; }
+
+// x ^ a for a scalar exponent, as PyTorch's pow_tensor_scalar: the exponents
+// 0.5, -0.5, 2, 3, -1 and -2 are sqrt, 1/sqrt and products (so pow(-inf, 0.5)
+// is NaN like sqrt(-inf), where C's pow gives inf); others are pow.
+template <typename T> HG_INLINE T pow_scalar(T x, T a) {
+  if constexpr (std::is_integral_v<T>) {
+    return pow_(x, a);
+  } else {
+    if (a == T(0.5)) return sqrt_(x);
+    if (a == T(-0.5)) return T(1) / sqrt_(x);
+    if (a == T(2)) return x * x;
+    if (a == T(3)) return x * x * x;
+    if (a == T(-1)) return T(1) / x;
+    if (a == T(-2)) return T(1) / (x * x);
+    return pow_(x, a);
+  }
+}
 // A compile-time false that names the op: an enum value without an arm below
 // fails to compile instead of computing the identity.
 template <auto Op> inline constexpr bool kNoArmFor = false;
@@ -86,7 +104,7 @@ HG_INLINE T unary_fn(T x, T a, T b) {
     if (!isnan_(a) && y < a) y = a;  // NaN bounds mean "no bound"
     if (!isnan_(b) && y > b) y = b;
     return y;
-  } else if constexpr (Op == UnaryOp::PowScalar) return pow_(x, a);
+  } else if constexpr (Op == UnaryOp::PowScalar) return pow_scalar(x, a);
   else if constexpr (Op == UnaryOp::Exp) return exp_(x);
   else if constexpr (Op == UnaryOp::Log) return log_(x);
   else if constexpr (Op == UnaryOp::Sqrt) return sqrt_(x);

@@ -7,6 +7,8 @@
 
 #include <cmath>
 
+#include <limits>
+
 #include "test_util.h"
 
 using namespace halfgrad;
@@ -416,4 +418,24 @@ TEST_CASE("pow of an int64 tensor by an integral scalar stays int64, as PyTorch"
   const Tensor y = pow(x, 2.0);
   CHECK(y.dtype() == int64);
   HG_CHECK_EXACT(y, (std::vector<double>{4, 9, 16}));
+}
+
+TEST_CASE("pow with a scalar exponent matches PyTorch 1.13's special cases bit for bit", "[ops][elementwise]") {
+  const double inf = std::numeric_limits<double>::infinity();
+  const Tensor x = hgtest::make({-inf, 4.0, 2.0, 1.1, -8.0}, {5}, float32);
+  auto got = [&](double e) { return values(pow(x, e)); };
+  // torch.pow(torch.tensor([-inf, 4, 2, 1.1, -8]), e), as float32 values
+  const auto r05 = got(0.5);
+  CHECK(std::isnan(r05[0]));  // sqrt(-inf); C's pow gives +inf
+  CHECK(r05[1] == 2.0);
+  CHECK(r05[3] == static_cast<double>(std::sqrt(1.1f)));
+  CHECK(std::isnan(r05[4]));
+  CHECK(std::isnan(got(-0.5)[0]));
+  CHECK(got(-0.5)[1] == 0.5);
+  const float f = 1.1f;
+  CHECK(got(3)[3] == static_cast<double>(f * f * f));  // 1.3310000896453857, two roundings as PyTorch
+  CHECK(got(3)[0] == -inf);
+  CHECK(got(-1)[4] == -0.125);
+  CHECK(got(-2)[3] == static_cast<double>(1.0f / (f * f)));
+  CHECK(got(1.5)[0] == inf);
 }
