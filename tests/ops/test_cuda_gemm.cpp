@@ -12,6 +12,7 @@
 #if defined(HALFGRAD_WITH_CUDA)
 
 #include <array>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -344,6 +345,36 @@ TEST_CASE("cuda gemm rejects bad arguments with a clear error", "[cuda][gemm]") 
 // =============================================================================================
 // linear_forward
 
+namespace {
+// cuBLASLt writes a ReLU bit mask (RELU_AUX_BIAS) and reads it (DRELU) for these dtypes;
+// float64 has neither kernel (gemm.h: linear_forward returns false, backward reads y).
+bool has_relu_mask(DType dt) { return dt != DType::Float64; }
+
+// The mask of a [rows, features] activation y, decoded by cuBLASLt itself: the DRELU
+// epilogue of dx = ones @ I (one GEMM, k = features) gives mask ? 1 : 0 per element,
+// whatever the mask's private bit order. No input.output is passed, so a missing DRELU
+// kernel is an Error rather than a silent fallback to y.
+std::vector<double> decode_mask(const Tensor& mask, const Tensor& y) {
+  const int64_t rows = y.shape()[0], features = y.shape()[1];
+  const DType dt = y.dtype();
+  std::vector<double> eye(static_cast<size_t>(features * features), 0.0);
+  for (int64_t i = 0; i < features; ++i) eye[static_cast<size_t>(i * features + i)] = 1.0;
+  const Tensor ones = dev(make(std::vector<double>(static_cast<size_t>(rows * features), 1.0), {rows, features}, dt));
+  const Tensor identity = dev(make(eye, {features, features}, dt));
+  Tensor bits = empty_cuda({rows, features}, dt);
+  cops::linear_backward_epilogue(ones, y, identity, cops::Epilogue::None, Tensor(), bits, Tensor(), Tensor(),
+                                 cops::InputActivation{cops::Epilogue::BiasRelu, mask, Tensor()});
+  return values(bits.cpu());
+}
+
+// relu'(z) as the mask should hold it: y > 0 (y = relu(z)).
+std::vector<double> positives(const Tensor& y) {
+  std::vector<double> v = values(y.cpu());
+  for (auto& e : v) e = e > 0 ? 1.0 : 0.0;
+  return v;
+}
+}  // namespace
+
 TEST_CASE("cuda linear_forward applies bias and activation in every dtype, fused and unfused", "[cuda][linear]") {
   using E = cops::Epilogue;
   for (DType dt : kFloatDTypes)
@@ -381,8 +412,12 @@ TEST_CASE("cuda linear_forward applies bias and activation in every dtype, fused
               INFO("ReLU mask");
               Tensor mask = cops::make_relu_mask(n, features, kCuda);
               Tensor out3 = empty_cuda({n, features}, dt);
-              cops::linear_forward(xg, wg, bg, epi, out3, mask);
-              HG_CHECK_CLOSE(out3.cpu(), y);
+              const bool wrote = cops::linear_forward(xg, wg, bg, epi, out3, mask);
+              HG_CHECK_CLOSE(out3.cpu(), y);  // y is right either way
+              // cuBLASLt writes the mask for float32 and the half types; float64 has no
+              // RELU_AUX kernel: false, and backward must read y (tested on its own below).
+              CHECK(wrote == has_relu_mask(dt));
+              if (wrote) CHECK(decode_mask(mask, out3) == positives(out3));
             }
           }
 }
@@ -495,6 +530,7 @@ TEST_CASE("cuda chain fusion: the next layer's dx GEMM applies dReLU or dGELU an
         for (const Variant& v : {Variant{"relu mask", E::BiasRelu, true}, Variant{"relu output", E::BiasRelu, false},
                                  Variant{"gelu tanh", E::BiasGeluTanh, false}, Variant{"gelu exact", E::BiasGelu, false}}) {
           if (v.mask && !fused) continue;  // the mask exists only with fusion
+          if (v.mask && !has_relu_mask(dt)) continue;  // float64: its fallback has a case of its own
           if (hidden % 8 != 0 && v.epi == E::BiasRelu) continue;  // the width rule is the GELU aux's
           INFO(dname(dt) << (fused ? " fused " : " unfused ") << v.name << " hidden " << hidden);
           FusionGuard fusion(fused);
@@ -507,7 +543,7 @@ TEST_CASE("cuda chain fusion: the next layer's dx GEMM applies dReLU or dGELU an
           Tensor h = empty_cuda({n, hidden}, dt);
           Tensor aux = v.mask ? cops::make_relu_mask(n, hidden, kCuda)
                               : (v.epi == E::BiasRelu ? Tensor() : empty_cuda({n, hidden}, dt));
-          cops::linear_forward(xg, w1g, dev(b1), v.epi, h, aux);
+          REQUIRE(cops::linear_forward(xg, w1g, dev(b1), v.epi, h, aux));  // the mask (if any) is written
           const Tensor saved = v.mask ? aux : (v.epi == E::BiasRelu ? h : aux);
 
           Tensor dz1 = empty_cuda({n, hidden}, dt), dw2 = empty_cuda({out, hidden}, dt);
@@ -531,6 +567,198 @@ TEST_CASE("cuda chain fusion: the next layer's dx GEMM applies dReLU or dGELU an
           cops::linear_backward_epilogue(dz1, xg, w1g, E::None, Tensor(), Tensor(), dw1, Tensor());
           HG_CHECK_CLOSE(dw1.cpu(), ref_tn(values(dz1.cpu()), values(x), n, hidden, in));
         }
+}
+
+// float64 has no RELU_AUX kernel: linear_forward returns false and leaves the mask
+// unwritten, y is right, and backward reads y: passed as input.output next to the mask
+// (the DRELU epilogue has no float64 kernel either), or instead of it. The mask alone
+// is an Error, never garbage.
+TEST_CASE("cuda float64 ReLU mask: linear_forward says it wrote none, and backward reads y",
+          "[cuda][linear][backward]") {
+  using E = cops::Epilogue;
+  const DType dt = DType::Float64;
+  FusionGuard fusion(true);
+  const int64_t n = 40, in = 24, hidden = 32, out = 16;
+  const Tensor x = uniform({n, in}, dt, -1, 1), w1 = uniform({hidden, in}, dt, -0.3, 0.3);
+  const Tensor b1 = uniform({hidden}, dt, -0.5, 0.5), w2 = uniform({out, hidden}, dt, -0.3, 0.3);
+  const Tensor g = uniform({n, out}, dt, -1, 1);
+  Tensor h = empty_cuda({n, hidden}, dt);
+  const Tensor mask = cops::make_relu_mask(n, hidden, kCuda);
+  CHECK_FALSE(cops::linear_forward(dev(x), dev(w1), dev(b1), E::BiasRelu, h, mask));
+  auto y = ref_linear(x, w1, b1);
+  for (auto& v : y) v = v > 0 ? v : 0;
+  HG_CHECK_CLOSE(h.cpu(), y);
+
+  const auto hv = values(h.cpu());
+  auto dz = matmul2d(values(g), values(w2), n, out, hidden);
+  for (size_t i = 0; i < dz.size(); ++i) dz[i] *= hv[i] > 0 ? 1.0 : 0.0;
+  for (bool with_mask : {true, false}) {
+    INFO((with_mask ? "mask and output" : "output only"));
+    Tensor dz1 = empty_cuda({n, hidden}, dt), db1 = empty_cuda({hidden}, dt);
+    const cops::InputActivation input = with_mask ? cops::InputActivation{E::BiasRelu, mask, db1, h}
+                                                  : cops::InputActivation{E::BiasRelu, h, db1};
+    cops::linear_backward_epilogue(dev(g), h, dev(w2), E::None, Tensor(), dz1, Tensor(), Tensor(), input);
+    HG_CHECK_CLOSE(dz1.cpu(), dz);
+    HG_CHECK_CLOSE(db1.cpu(), col_sums(dz, n, hidden));
+  }
+  Tensor dz1 = empty_cuda({n, hidden}, dt);
+  REQUIRE_THROWS_WITH(cops::linear_backward_epilogue(dev(g), h, dev(w2), E::None, Tensor(), dz1, Tensor(), Tensor(),
+                                                     cops::InputActivation{E::BiasRelu, mask, Tensor()}),
+                      Catch::Contains("input.output"));
+}
+
+// =============================================================================================
+// Counters: a fused epilogue really ran (with every heuristic answering "unsupported" the
+// cases above would still pass, on the fallbacks)
+
+namespace {
+uint64_t total_fused(const cops::GemmCounts& c) {
+  uint64_t t = 0;
+  for (uint64_t v : c.fused) t += v;
+  return t;
+}
+uint64_t total_fallback(const cops::GemmCounts& c) {
+  uint64_t t = 0;
+  for (uint64_t v : c.fallback) t += v;
+  return t;
+}
+}  // namespace
+
+TEST_CASE("cuda Linear epilogues are fused for aligned float16 and bfloat16 shapes", "[cuda][linear][fusion]") {
+  using E = cops::Epilogue;
+  using F = cops::FusedEpilogue;
+  FusionGuard fusion(true);
+  for (DType dt : {DType::Float16, DType::BFloat16}) {
+    INFO(dname(dt));
+    const int64_t n = 64, in = 64, features = 64;  // every row 128 bytes: 16-byte aligned everywhere
+    const Tensor x = dev(uniform({n, in}, dt, -1, 1)), w = dev(uniform({features, in}, dt, -0.3, 0.3));
+    const Tensor b = dev(uniform({features}, dt, -0.5, 0.5));
+    Tensor y = empty_cuda({n, features}, dt);
+
+    cops::reset_gemm_counts();
+    cops::linear_forward(x, w, b, E::BiasRelu, y, Tensor());
+    CHECK(cops::gemm_counts().fused_of(F::Relu) == 1);
+
+    cops::reset_gemm_counts();
+    const Tensor mask = cops::make_relu_mask(n, features, kCuda);
+    CHECK(cops::linear_forward(x, w, b, E::BiasRelu, y, mask));
+    CHECK(cops::gemm_counts().fused_of(F::ReluMask) == 1);
+
+    cops::reset_gemm_counts();
+    cops::linear_forward(x, w, b, E::BiasGeluTanh, y, Tensor());
+    CHECK(cops::gemm_counts().fused_of(F::GeluTanh) == 1);
+
+    cops::reset_gemm_counts();
+    Tensor z = empty_cuda({n, features}, dt);
+    cops::linear_forward(x, w, b, E::BiasGeluTanh, y, z);
+    CHECK(cops::gemm_counts().fused_of(F::GeluTanhAux) == 1);
+
+    cops::reset_gemm_counts();
+    cops::linear_forward(x, w, b, E::Bias, y, Tensor());
+    CHECK(cops::gemm_counts().fused_of(F::Bias) == 1);
+
+    // Backward: grad_w's GEMM reduces grad_bias (BGRADB); dx is a plain GEMM.
+    cops::reset_gemm_counts();
+    const Tensor g = dev(uniform({n, features}, dt));
+    Tensor dx = empty_cuda({n, in}, dt), dw = empty_cuda({features, in}, dt), db = empty_cuda({features}, dt);
+    cops::linear_backward_epilogue(g, x, w, E::None, Tensor(), dx, dw, db);
+    const cops::GemmCounts c = cops::gemm_counts();
+    CHECK(c.fused_of(F::BiasGrad) == 1);
+    CHECK(c.plain == 1);
+    CHECK(total_fallback(c) == 0);
+  }
+}
+
+TEST_CASE("cuda linear_chain's hidden dReLU and dGELU ride in DRELU_BGRAD and DGELU_BGRAD",
+          "[cuda][linear][chain][fusion]") {
+  using E = cops::Epilogue;
+  using F = cops::FusedEpilogue;
+  FusionGuard fusion(true);
+  for (DType dt : {DType::Float16, DType::BFloat16})
+    for (E act : {E::BiasRelu, E::BiasGeluTanh}) {
+      INFO(dname(dt) << " " << epi_name(act));
+      const int64_t n = 64, in = 64, hidden = 64, out = 32;
+      const std::vector<Tensor> w = {dev(uniform({hidden, in}, dt, -0.3, 0.3)), dev(uniform({out, hidden}, dt, -0.3, 0.3))};
+      const std::vector<Tensor> b = {dev(uniform({hidden}, dt)), dev(uniform({out}, dt))};
+      const std::vector<Tensor> h = {dev(uniform({n, in}, dt)), empty_cuda({n, hidden}, dt), empty_cuda({n, out}, dt)};
+      const std::vector<E> epi = {act, E::Bias};
+      cops::reset_gemm_counts();
+      const std::vector<Tensor> saved = cops::linear_chain(h, w, b, epi, /*keep=*/true);
+      CHECK(cops::gemm_counts().fused_of(act == E::BiasRelu ? F::ReluMask : F::GeluTanhAux) == 1);
+      CHECK(cops::gemm_counts().fused_of(F::Bias) == 1);
+
+      const Tensor dx = empty_cuda({n, in}, dt);
+      const std::vector<Tensor> dw = {empty_cuda({hidden, in}, dt), empty_cuda({out, hidden}, dt)};
+      const std::vector<Tensor> db = {empty_cuda({hidden}, dt), empty_cuda({out}, dt)};
+      cops::reset_gemm_counts();
+      cops::linear_chain_backward(dev(uniform({n, out}, dt)), h, w, epi, saved, dx, dw, db);
+      const cops::GemmCounts c = cops::gemm_counts();
+      CHECK(c.fused_of(act == E::BiasRelu ? F::DReluBiasGrad : F::DGeluBiasGrad) == 1);
+      CHECK(c.fused_of(F::BiasGrad) == 1);  // the top layer's db
+      CHECK(total_fallback(c) == 0);
+    }
+}
+
+TEST_CASE("cuda GEMM counters count the documented fallbacks, and nothing fused with fusion off",
+          "[cuda][linear][fusion]") {
+  using E = cops::Epilogue;
+  using F = cops::FusedEpilogue;
+  const int64_t n = 32, in = 32, features = 32;
+  {
+    // float64: no RELU_AUX kernel, so the mask epilogue is asked for and falls back.
+    FusionGuard fusion(true);
+    const DType dt = DType::Float64;
+    const Tensor x = dev(uniform({n, in}, dt)), w = dev(uniform({features, in}, dt)), b = dev(uniform({features}, dt));
+    Tensor y = empty_cuda({n, features}, dt);
+    cops::reset_gemm_counts();
+    CHECK_FALSE(cops::linear_forward(x, w, b, E::BiasRelu, y, cops::make_relu_mask(n, features, kCuda)));
+    const cops::GemmCounts c = cops::gemm_counts();
+    CHECK(c.fallback_of(F::ReluMask) == 1);
+    CHECK(c.fused_of(F::ReluMask) == 0);
+    CHECK(c.plain == 1);
+  }
+  for (DType dt : kFloatDTypes) {
+    INFO(dname(dt) << " fusion off");
+    FusionGuard fusion(false);
+    const Tensor x = dev(uniform({n, in}, dt)), w = dev(uniform({features, in}, dt)), b = dev(uniform({features}, dt));
+    Tensor y = empty_cuda({n, features}, dt), z = empty_cuda({n, features}, dt);
+    Tensor dx = empty_cuda({n, in}, dt), dw = empty_cuda({features, in}, dt), db = empty_cuda({features}, dt);
+    cops::reset_gemm_counts();
+    cops::linear_forward(x, w, b, E::BiasRelu, y, Tensor());
+    cops::linear_forward(x, w, b, E::BiasGeluTanh, y, z);
+    cops::linear_backward_epilogue(dev(uniform({n, features}, dt)), x, w, E::BiasGeluTanh, z, dx, dw, db);
+    const cops::GemmCounts c = cops::gemm_counts();
+    CHECK(total_fused(c) == 0);
+    CHECK(total_fallback(c) == 0);
+    CHECK(c.plain == 4);
+  }
+}
+
+// The bookkeeping alone, without a GPU.
+TEST_CASE("GEMM epilogue counters count per kind and reset", "[gemm_counts]") {
+  using F = cops::FusedEpilogue;
+  cops::reset_gemm_counts();
+  cops::detail::count_epilogue(F::DReluBiasGrad, true);
+  cops::detail::count_epilogue(F::DReluBiasGrad, true);
+  cops::detail::count_epilogue(F::ReluMask, false);
+  cops::detail::count_plain();
+  cops::GemmCounts c = cops::gemm_counts();
+  CHECK(c.fused_of(F::DReluBiasGrad) == 2);
+  CHECK(c.fallback_of(F::DReluBiasGrad) == 0);
+  CHECK(c.fallback_of(F::ReluMask) == 1);
+  CHECK(c.fused_of(F::ReluMask) == 0);
+  CHECK(c.plain == 1);
+  CHECK(total_fused(c) == 2);
+  CHECK(total_fallback(c) == 1);
+  cops::reset_gemm_counts();
+  c = cops::gemm_counts();
+  CHECK(total_fused(c) == 0);
+  CHECK(total_fallback(c) == 0);
+  CHECK(c.plain == 0);
+  std::set<std::string> names;
+  for (int i = 0; i < cops::kFusedEpilogueKinds; ++i) names.insert(cops::fused_epilogue_name(static_cast<F>(i)));
+  CHECK(names.size() == static_cast<size_t>(cops::kFusedEpilogueKinds));
+  CHECK(names.count("?") == 0);
 }
 
 // =============================================================================================

@@ -349,9 +349,36 @@ std::shared_ptr<const Plan> find_or_create_plan(const PlanKey& key, const Call& 
 // Runs the call. Returns false (and does nothing) when cuBLASLt has no
 // algorithm for its epilogue; the caller then runs the plain GEMM and an
 // elementwise pass. A plain GEMM without an algorithm is an Error.
+// The counter slot (gemm.h) of a fused epilogue.
+FusedEpilogue counter_of(cublasLtEpilogue_t e) {
+  switch (e) {
+    case CUBLASLT_EPILOGUE_BIAS: return FusedEpilogue::Bias;
+    case CUBLASLT_EPILOGUE_RELU:
+    case CUBLASLT_EPILOGUE_RELU_BIAS: return FusedEpilogue::Relu;
+    case CUBLASLT_EPILOGUE_RELU_AUX:
+    case CUBLASLT_EPILOGUE_RELU_AUX_BIAS: return FusedEpilogue::ReluMask;
+    case CUBLASLT_EPILOGUE_GELU:
+    case CUBLASLT_EPILOGUE_GELU_BIAS: return FusedEpilogue::GeluTanh;
+    case CUBLASLT_EPILOGUE_GELU_AUX:
+    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: return FusedEpilogue::GeluTanhAux;
+    case CUBLASLT_EPILOGUE_BGRADB: return FusedEpilogue::BiasGrad;
+    case CUBLASLT_EPILOGUE_DRELU: return FusedEpilogue::DRelu;
+    case CUBLASLT_EPILOGUE_DRELU_BGRAD: return FusedEpilogue::DReluBiasGrad;
+    case CUBLASLT_EPILOGUE_DGELU: return FusedEpilogue::DGelu;
+    case CUBLASLT_EPILOGUE_DGELU_BGRAD: return FusedEpilogue::DGeluBiasGrad;
+    default: break;
+  }
+  fail("gemm: internal error: epilogue {} has no counter", static_cast<unsigned>(e));
+}
+
 bool run(const Call& c) {
   const PlanKey key = key_of(c);  // once: the precision setting may change meanwhile
   const std::shared_ptr<const Plan> plan = find_or_create_plan(key, c);
+  if (c.epilogue == CUBLASLT_EPILOGUE_DEFAULT) {
+    if (plan->supported) detail::count_plain();
+  } else {
+    detail::count_epilogue(counter_of(c.epilogue), plan->supported);
+  }
   if (!plan->supported) return false;
   cublasLtMatmulDescOpaque_t desc;
   build_desc(&desc, key, c);

@@ -75,8 +75,9 @@ Tensor make_relu_mask(int64_t rows, int64_t features, Device device);
 // When cuBLASLt has no kernel for a fused epilogue (e.g. float64), the GEMM runs
 // plain and one elementwise pass applies bias and activation: same results.
 // Returns false when a ReLU mask was asked for but cuBLASLt has no mask epilogue
-// for these shapes (say, one row or one feature): y is right, the mask is not
-// written, and backward must read y instead. True otherwise.
+// for these shapes or this dtype (float64 never has one; a half type may lack one
+// for, say, one row or one feature): y is right, the mask is not written, and
+// backward must read y instead (InputActivation::output). True otherwise.
 bool linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias, Epilogue epi, const Tensor& out,
                     const Tensor& aux);
 
@@ -158,5 +159,41 @@ void activation_backward(Epilogue epi, const Tensor& grad_y, const Tensor& saved
 // produced or consumed (it is cuBLASLt's own format): that is an Error.
 void set_epilogue_fusion(bool enabled);
 bool epilogue_fusion();
+
+// ---- counters (internal, test-visible) -------------------------------------------------------
+// Which cuBLASLt epilogue a GEMM asked for. Every call that asks for one (fusion on) is
+// counted once: `fused` when cuBLASLt had a kernel and ran it, `fallback` when it had none
+// and the layer ran the plain GEMM plus elementwise passes instead. Plain GEMMs (no
+// epilogue asked, including every GEMM with fusion off) count in `plain`. For tests
+// (prove a fused epilogue really ran) and benchmarks; process-wide, relaxed atomics.
+enum class FusedEpilogue : uint8_t {
+  Bias,           // BIAS
+  Relu,           // RELU, RELU_BIAS
+  ReluMask,       // RELU_AUX, RELU_AUX_BIAS: also writes the bit mask
+  GeluTanh,       // GELU, GELU_BIAS
+  GeluTanhAux,    // GELU_AUX, GELU_AUX_BIAS: also writes z
+  BiasGrad,       // BGRADB (grad_w's GEMM reduces grad_bias)
+  DRelu,          // DRELU
+  DReluBiasGrad,  // DRELU_BGRAD
+  DGelu,          // DGELU
+  DGeluBiasGrad,  // DGELU_BGRAD
+};
+inline constexpr int kFusedEpilogueKinds = 10;
+const char* fused_epilogue_name(FusedEpilogue e);
+
+struct GemmCounts {
+  uint64_t fused[kFusedEpilogueKinds] = {};
+  uint64_t fallback[kFusedEpilogueKinds] = {};
+  uint64_t plain = 0;
+  uint64_t fused_of(FusedEpilogue e) const { return fused[static_cast<int>(e)]; }
+  uint64_t fallback_of(FusedEpilogue e) const { return fallback[static_cast<int>(e)]; }
+};
+GemmCounts gemm_counts();
+void reset_gemm_counts();
+namespace detail {
+// Called by gemm.cu where it chooses (exposed so a CPU test can check the bookkeeping).
+void count_epilogue(FusedEpilogue e, bool fused);
+void count_plain();
+}  // namespace detail
 
 }  // namespace halfgrad::cuda_ops
