@@ -12,6 +12,7 @@
 #if defined(HALFGRAD_WITH_CUDA)
 
 #include <array>
+#include <cmath>
 #include <set>
 #include <string>
 #include <utility>
@@ -40,6 +41,12 @@ struct FusionGuard {
   bool saved = cops::epilogue_fusion();
   explicit FusionGuard(bool on) { cops::set_epilogue_fusion(on); }
   ~FusionGuard() { cops::set_epilogue_fusion(saved); }
+};
+// cuBLASLt's RELU epilogues (NaN -> 0) are off by default; the mask exists only with them.
+struct ReluFusionGuard {
+  bool saved = cops::relu_epilogue_fusion();
+  explicit ReluFusionGuard(bool on) { cops::set_relu_epilogue_fusion(on); }
+  ~ReluFusionGuard() { cops::set_relu_epilogue_fusion(saved); }
 };
 
 // ---- operands in a given memory layout, the same on the host and the device -------------------
@@ -410,6 +417,13 @@ TEST_CASE("cuda linear_forward applies bias and activation in every dtype, fused
             }
             if (epi == E::BiasRelu && fused) {
               INFO("ReLU mask");
+              {  // by default cuBLASLt's RELU does not run (it maps NaN to 0): no mask, y right
+                Tensor mask = cops::make_relu_mask(n, features, kCuda);
+                Tensor out3 = empty_cuda({n, features}, dt);
+                CHECK_FALSE(cops::linear_forward(xg, wg, bg, epi, out3, mask));
+                HG_CHECK_CLOSE(out3.cpu(), y);
+              }
+              ReluFusionGuard relu_fusion(true);
               Tensor mask = cops::make_relu_mask(n, features, kCuda);
               Tensor out3 = empty_cuda({n, features}, dt);
               const bool wrote = cops::linear_forward(xg, wg, bg, epi, out3, mask);
@@ -534,6 +548,7 @@ TEST_CASE("cuda chain fusion: the next layer's dx GEMM applies dReLU or dGELU an
           if (hidden % 8 != 0 && v.epi == E::BiasRelu) continue;  // the width rule is the GELU aux's
           INFO(dname(dt) << (fused ? " fused " : " unfused ") << v.name << " hidden " << hidden);
           FusionGuard fusion(fused);
+          ReluFusionGuard relu_fusion(v.mask);  // the mask is cuBLASLt's RELU_AUX_BIAS's
           const int64_t n = 40, in = 24, out = 16;
           const Tensor x = uniform({n, in}, dt, -1, 1), w1 = uniform({hidden, in}, dt, -0.3, 0.3);
           const Tensor b1 = uniform({hidden}, dt, -0.5, 0.5), w2 = uniform({out, hidden}, dt, -0.3, 0.3);
@@ -578,6 +593,7 @@ TEST_CASE("cuda float64 ReLU mask: linear_forward says it wrote none, and backwa
   using E = cops::Epilogue;
   const DType dt = DType::Float64;
   FusionGuard fusion(true);
+  ReluFusionGuard relu_fusion(true);  // allowed: the missing mask is float64's
   const int64_t n = 40, in = 24, hidden = 32, out = 16;
   const Tensor x = uniform({n, in}, dt, -1, 1), w1 = uniform({hidden, in}, dt, -0.3, 0.3);
   const Tensor b1 = uniform({hidden}, dt, -0.5, 0.5), w2 = uniform({out, hidden}, dt, -0.3, 0.3);
@@ -608,6 +624,74 @@ TEST_CASE("cuda float64 ReLU mask: linear_forward says it wrote none, and backwa
 }
 
 // =============================================================================================
+// NaN through ReLU: relu(NaN) = NaN (ops/math.h, the CPU backend, PyTorch). cuBLASLt's RELU
+// epilogue is max(x, 0), which may give 0: by default it does not run, so the fused path
+// (BIAS epilogue + our pass) keeps NaN like the unfused one.
+
+TEST_CASE("cuda Linear+ReLU keeps a NaN pre-activation NaN, fused and unfused", "[cuda][linear][nan]") {
+  using E = cops::Epilogue;
+  for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16})
+    for (bool fused : {true, false}) {
+      INFO(dname(dt) << (fused ? " fused" : " unfused"));
+      FusionGuard fusion(fused);
+      const int64_t n = 16, in = 32, features = 32, bad = 5;
+      Tensor x = uniform({n, in}, dt, -1, 1);
+      write_raw(x, bad * in + 3, std::nan(""));  // row 5's z is NaN in every feature
+      const Tensor w = uniform({features, in}, dt, -0.3, 0.3), b = uniform({features}, dt, -0.5, 0.5);
+      auto y = ref_linear(x, w, b);  // NaN in row 5 (NaN * w propagates)
+      for (auto& v : y) v = std::isnan(v) ? v : (v > 0 ? v : 0);
+
+      Tensor out = empty_cuda({n, features}, dt);
+      cops::linear_forward(dev(x), dev(w), dev(b), E::BiasRelu, out, Tensor());
+      const auto got = values(out.cpu());
+      for (int64_t j = 0; j < features; ++j) CHECK(std::isnan(got[static_cast<size_t>(bad * features + j)]));
+      HG_CHECK_CLOSE(out.cpu(), y);  // NaN where the reference is NaN (test_util compares NaN as equal)
+
+      // The public op, and a Linear/ReLU chain (what nn.Sequential fuses), on the device.
+      const Tensor yd = hg::linear(dev(x), dev(w), dev(b), hg::Activation::ReLU);
+      const auto gy = values(yd.cpu());
+      for (int64_t j = 0; j < features; ++j) CHECK(std::isnan(gy[static_cast<size_t>(bad * features + j)]));
+      const std::vector<Tensor> h = {dev(x), empty_cuda({n, features}, dt), empty_cuda({n, 8}, dt)};
+      const std::vector<Tensor> ws = {dev(w), dev(uniform({8, features}, dt))}, bs = {dev(b), Tensor()};
+      cops::linear_chain(h, ws, bs, {E::BiasRelu, E::None}, /*keep=*/true);
+      const auto gh = values(h[1].cpu()), gtop = values(h[2].cpu());
+      for (int64_t j = 0; j < features; ++j) CHECK(std::isnan(gh[static_cast<size_t>(bad * features + j)]));
+      for (int64_t j = 0; j < 8; ++j) CHECK(std::isnan(gtop[static_cast<size_t>(bad * 8 + j)]));  // reaches the loss
+    }
+  {
+    // Opted in: cuBLASLt's RELU may give 0 for NaN (the documented trade); the other rows agree.
+    FusionGuard fusion(true);
+    ReluFusionGuard relu_fusion(true);
+    const DType dt = DType::Float16;
+    const int64_t n = 16, in = 32, features = 32, bad = 5;
+    Tensor x = uniform({n, in}, dt, -1, 1);
+    write_raw(x, bad * in + 3, std::nan(""));
+    const Tensor w = uniform({features, in}, dt, -0.3, 0.3), b = uniform({features}, dt, -0.5, 0.5);
+    auto y = ref_linear(x, w, b);
+    for (auto& v : y) v = std::isnan(v) ? v : (v > 0 ? v : 0);
+    Tensor out = empty_cuda({n, features}, dt);
+    cops::linear_forward(dev(x), dev(w), dev(b), E::BiasRelu, out, Tensor());
+    const auto got = values(out.cpu());
+    for (int64_t j = 0; j < features; ++j) {
+      const double v = got[static_cast<size_t>(bad * features + j)];
+      CHECK((std::isnan(v) || v == 0.0));
+      y[static_cast<size_t>(bad * features + j)] = v;  // whichever it gave
+    }
+    HG_CHECK_CLOSE(out.cpu(), y);
+  }
+}
+
+// The setting's default, without a GPU: PyTorch's NaN semantics unless opted out.
+TEST_CASE("cuBLASLt's NaN-to-zero ReLU epilogue is off by default", "[gemm_counts]") {
+  CHECK_FALSE(cops::relu_epilogue_fusion());
+  {
+    ReluFusionGuard on(true);
+    CHECK(cops::relu_epilogue_fusion());
+  }
+  CHECK_FALSE(cops::relu_epilogue_fusion());
+}
+
+// =============================================================================================
 // Counters: a fused epilogue really ran (with every heuristic answering "unsupported" the
 // cases above would still pass, on the fallbacks)
 
@@ -635,14 +719,22 @@ TEST_CASE("cuda Linear epilogues are fused for aligned float16 and bfloat16 shap
     const Tensor b = dev(uniform({features}, dt, -0.5, 0.5));
     Tensor y = empty_cuda({n, features}, dt);
 
-    cops::reset_gemm_counts();
-    cops::linear_forward(x, w, b, E::BiasRelu, y, Tensor());
-    CHECK(cops::gemm_counts().fused_of(F::Relu) == 1);
-
+    // ReLU by default: the bias in the GEMM's epilogue, our NaN-keeping ReLU pass after it.
     cops::reset_gemm_counts();
     const Tensor mask = cops::make_relu_mask(n, features, kCuda);
-    CHECK(cops::linear_forward(x, w, b, E::BiasRelu, y, mask));
-    CHECK(cops::gemm_counts().fused_of(F::ReluMask) == 1);
+    cops::linear_forward(x, w, b, E::BiasRelu, y, Tensor());
+    CHECK_FALSE(cops::linear_forward(x, w, b, E::BiasRelu, y, mask));
+    CHECK(cops::gemm_counts().fused_of(F::Bias) == 2);
+    CHECK(cops::gemm_counts().fused_of(F::Relu) + cops::gemm_counts().fused_of(F::ReluMask) == 0);
+    {
+      ReluFusionGuard relu_fusion(true);  // cuBLASLt's RELU allowed
+      cops::reset_gemm_counts();
+      cops::linear_forward(x, w, b, E::BiasRelu, y, Tensor());
+      CHECK(cops::gemm_counts().fused_of(F::Relu) == 1);
+      cops::reset_gemm_counts();
+      CHECK(cops::linear_forward(x, w, b, E::BiasRelu, y, mask));
+      CHECK(cops::gemm_counts().fused_of(F::ReluMask) == 1);
+    }
 
     cops::reset_gemm_counts();
     cops::linear_forward(x, w, b, E::BiasGeluTanh, y, Tensor());
@@ -674,6 +766,7 @@ TEST_CASE("cuda linear_chain's hidden dReLU and dGELU ride in DRELU_BGRAD and DG
   using E = cops::Epilogue;
   using F = cops::FusedEpilogue;
   FusionGuard fusion(true);
+  ReluFusionGuard relu_fusion(true);  // the ReLU mask and DRELU_BGRAD need cuBLASLt's RELU
   for (DType dt : {DType::Float16, DType::BFloat16})
     for (E act : {E::BiasRelu, E::BiasGeluTanh}) {
       INFO(dname(dt) << " " << epi_name(act));
@@ -707,6 +800,7 @@ TEST_CASE("cuda GEMM counters count the documented fallbacks, and nothing fused 
   {
     // float64: no RELU_AUX kernel, so the mask epilogue is asked for and falls back.
     FusionGuard fusion(true);
+    ReluFusionGuard relu_fusion(true);
     const DType dt = DType::Float64;
     const Tensor x = dev(uniform({n, in}, dt)), w = dev(uniform({features, in}, dt)), b = dev(uniform({features}, dt));
     Tensor y = empty_cuda({n, features}, dt);

@@ -40,6 +40,7 @@ using namespace gemm_passes;  // Act, epilogue_pass, zero, act_backward_pass, su
 // Settings
 
 std::atomic<bool> g_fusion{true};
+std::atomic<bool> g_relu_fusion{false};  // cuBLASLt's RELU maps NaN to 0: off unless allowed (gemm.h)
 
 // ============================================================================================
 // Device, stream, handle, workspace
@@ -669,7 +670,8 @@ bool linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias_in, Ep
   cublasLtEpilogue_t e = has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
   bool act_in_epilogue = act == Act::Identity;
   const Tensor* gemm_out = &out;
-  if (act == Act::Relu && !want_z) {  // cuBLASLt can write a mask, not z
+  const bool relu_fusion = g_relu_fusion.load(std::memory_order_relaxed);
+  if (act == Act::Relu && !want_z && relu_fusion) {  // cuBLASLt can write a mask, not z
     e = mask ? (has_bias ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_RELU_AUX)
              : (has_bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU);
     act_in_epilogue = true;
@@ -680,12 +682,13 @@ bool linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias_in, Ep
   } else if (want_z && rows_contiguous(aux)) {
     gemm_out = &aux;  // exact GELU (or ReLU with z): the GEMM writes z where backward wants it
   }
+  // (ReLU without cuBLASLt's RELU: BIAS, then our NaN-keeping pass; a mask stays unwritten.)
 
   Call c = make_call(op, x2, transposed(w), *gemm_out);
   if (fusion && e != CUBLASLT_EPILOGUE_DEFAULT) {
     c.epilogue = e;
     c.bias = has_bias ? bias.data_ptr() : nullptr;
-    if (mask) {
+    if (mask && act_in_epilogue) {  // RELU_AUX(_BIAS)
       c.aux = aux.data_ptr();
       c.aux_ld = mask_ld;
     } else if (act_in_epilogue && want_z) {
@@ -696,7 +699,7 @@ bool linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias_in, Ep
       // Done, or z (bias included) is in *gemm_out: y = act(z), copying z to aux if it is not there.
       if (!act_in_epilogue)
         epilogue_pass(act, *gemm_out, 1.0, Tensor(), want_z && gemm_out != &aux ? aux : Tensor(), out);
-      return true;
+      return !mask || act_in_epilogue;  // a mask is written only by RELU_AUX(_BIAS)
     }
     // No kernel for this epilogue with these shapes (e.g. one row or one feature):
     // the plain GEMM below. A ReLU mask then stays unwritten (we return false).
@@ -849,5 +852,7 @@ void linear_backward_epilogue(const Tensor& grad, const Tensor& x2, const Tensor
 
 void set_epilogue_fusion(bool enabled) { g_fusion.store(enabled, std::memory_order_relaxed); }
 bool epilogue_fusion() { return g_fusion.load(std::memory_order_relaxed); }
+void set_relu_epilogue_fusion(bool allow) { g_relu_fusion.store(allow, std::memory_order_relaxed); }
+bool relu_epilogue_fusion() { return g_relu_fusion.load(std::memory_order_relaxed); }
 
 }  // namespace halfgrad::cuda_ops

@@ -65,8 +65,9 @@ Tensor make_relu_mask(int64_t rows, int64_t features, Device device);
 //   contiguous rows; one dtype.
 //   aux: what backward needs, or undefined (inference, or ReLU's per-layer backward,
 //   which only needs y):
-//     BiasRelu:   a mask from make_relu_mask(N, out) (for the chain fusion below), or
-//                 a tensor [N, out] of out's dtype that receives z
+//     BiasRelu:   a mask from make_relu_mask(N, out) (for the chain fusion below; written
+//                 only with set_relu_epilogue_fusion(true)), or a tensor [N, out] of out's
+//                 dtype that receives z
 //     BiasGelu, BiasGeluTanh: a tensor [N, out] of out's dtype (unit column stride)
 //                 that receives z. With a row stride that is a multiple of 8 (e.g. out
 //                 a multiple of 8 and aux contiguous) GELU_AUX_BIAS writes it in the
@@ -76,7 +77,7 @@ Tensor make_relu_mask(int64_t rows, int64_t features, Device device);
 // plain and one elementwise pass applies bias and activation: same results.
 // Returns false when a ReLU mask was asked for but cuBLASLt has no mask epilogue
 // for these shapes or this dtype (float64 never has one; a half type may lack one
-// for, say, one row or one feature): y is right, the mask is not written, and
+// for, say, one row or one feature), or may not use it (relu_epilogue_fusion() false): y is right, the mask is not written, and
 // backward must read y instead (InputActivation::output). True otherwise.
 bool linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias, Epilogue epi, const Tensor& out,
                     const Tensor& aux);
@@ -159,6 +160,21 @@ void activation_backward(Epilogue epi, const Tensor& grad_y, const Tensor& saved
 // produced or consumed (it is cuBLASLt's own format): that is an Error.
 void set_epilogue_fusion(bool enabled);
 bool epilogue_fusion();
+
+// Whether cuBLASLt's ReLU epilogues may apply the ReLU (default false). They compute
+// "x := max(x, 0)" (cublasLt.h), which maps a NaN pre-activation to 0; hg::relu, the
+// CPU backend and PyTorch keep NaN (relu(NaN) = NaN), so a NaN in a layer's input or
+// weights would vanish from the loss instead of reaching it (and GradScaler would not
+// see it). So by default a Linear+ReLU runs the GEMM with the bias in its epilogue
+// (BIAS) and our ReLU pass, and writes no ReLU mask (linear_forward returns false for
+// one; backward reads y): PyTorch's NaN semantics, at the cost of one pass per layer
+// forward and, in a chain, the dReLU pass and bias-gradient reduction that DRELU_BGRAD
+// would have fused. true allows RELU_BIAS and RELU_AUX_BIAS (and with them the mask and
+// DRELU/DRELU_BGRAD): faster, but a NaN pre-activation gives 0 there. Gradients agree
+// either way (relu'(NaN) = 0, as PyTorch's threshold_backward). No effect while
+// epilogue fusion is off.
+void set_relu_epilogue_fusion(bool allow_nan_to_zero);
+bool relu_epilogue_fusion();
 
 // ---- counters (internal, test-visible) -------------------------------------------------------
 // Which cuBLASLt epilogue a GEMM asked for. Every call that asks for one (fusion on) is
