@@ -12,6 +12,12 @@
 #include <halfgrad/core/cuda/runtime.h>
 #include <halfgrad/core/error.h>
 
+#if defined(HALFGRAD_WITH_CUDA)
+#include <string>
+
+#include "cuda_graph.h"  // the CUDA runtime API, for pinned memory and graph capture
+#endif
+
 namespace cuda = halfgrad::cuda;
 using halfgrad::BFloat16;
 using halfgrad::DType;
@@ -209,3 +215,78 @@ TEST_CASE("cuda::copy_bytes of 0 bytes or host -> host needs no device", "[cuda_
   cuda::copy_bytes(&b, false, &a, false, sizeof(int), 0);
   CHECK(b == 42);
 }
+
+#if defined(HALFGRAD_WITH_CUDA)
+// A pinned source is read by the DMA engine whenever the stream gets to the
+// copy: with ~50 GiB of fills queued ahead of it (milliseconds), a copy_bytes that returned
+// without waiting would let the overwrite below reach the device. (A pageable
+// source has the same hazard, less reliably shown: the runtime may stage it.)
+TEST_CASE("cuda::copy_bytes host -> device: the host source may be overwritten on return", "[cuda]") {
+  REQUIRE_CUDA();
+  hgtest::TestStream stream;
+  const size_t n = size_t{1} << 20;
+  int64_t* pinned = nullptr;
+  HG_CUDA_CHECK(cudaMallocHost(&pinned, n * sizeof(int64_t)));
+  for (size_t i = 0; i < n; ++i) pinned[i] = static_cast<int64_t>(i);
+  {
+    DeviceBuffer<float> busy(size_t{1} << 28);  // 1 GiB
+    for (int i = 0; i < 50; ++i) cuda::fill(busy.ptr, DType::Float32, busy.n, 0.5 + i, 0);  // keeps the stream busy
+    DeviceBuffer<int64_t> buf(n);
+    cuda::copy_bytes(buf.ptr, true, pinned, false, n * sizeof(int64_t), 0);
+    for (size_t i = 0; i < n; ++i) pinned[i] = -1;
+    const std::vector<int64_t> back = buf.to_host();
+    size_t wrong = 0;
+    for (size_t i = 0; i < n; ++i) wrong += back[i] != static_cast<int64_t>(i);
+    CHECK(wrong == 0);
+  }
+  cudaFreeHost(pinned);
+}
+
+// Out of memory while capturing: no cudaDeviceSynchronize (it would invalidate the
+// capture and report a confusing capture error), but a clear Error saying why.
+TEST_CASE("cuda::allocate out of memory during graph capture is a clear Error, the capture intact", "[cuda]") {
+  REQUIRE_CUDA();
+  hgtest::TestStream stream;
+  HG_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeGlobal));
+  std::string message;
+  void* p = nullptr;
+  try {
+    p = cuda::allocate(size_t{1} << 50, 0);  // 1 PiB: no GPU has it, not even as address space
+  } catch (const halfgrad::Error& e) {
+    message = e.what();
+  }
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  const cudaError_t query = cudaStreamIsCapturing(stream.get(), &status);
+  if (p != nullptr) cuda::release(p, 0);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(stream.get(), &graph);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  cudaGetLastError();
+  CHECK(p == nullptr);
+  CHECK_THAT(message, Catch::Contains("out of memory") && Catch::Contains("capture"));
+  CHECK(query == cudaSuccess);
+  CHECK(status == cudaStreamCaptureStatusActive);  // no sync ran: the capture is still good
+  CHECK(end == cudaSuccess);
+}
+
+TEST_CASE("cuda::copy_bytes with a host side during graph capture is a clear Error", "[cuda]") {
+  REQUIRE_CUDA();
+  hgtest::TestStream stream;
+  DeviceBuffer<int> buf(16);
+  std::vector<int> host(16, 3);
+  HG_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeGlobal));
+  std::string message;
+  try {
+    cuda::copy_bytes(buf.ptr, true, host.data(), false, host.size() * sizeof(int), 0);
+  } catch (const halfgrad::Error& e) {
+    message = e.what();
+  }
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(stream.get(), &graph);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  cudaGetLastError();
+  CHECK_THAT(message, Catch::Contains("host-to-device") && Catch::Contains("capture"));
+  CHECK(end == cudaSuccess);
+}
+
+#endif  // HALFGRAD_WITH_CUDA

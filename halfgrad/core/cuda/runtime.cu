@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include <halfgrad/core/cuda/check.h>
+#include <halfgrad/core/cuda/policy.h>
 #include <halfgrad/core/cuda/runtime.h>
 #include <halfgrad/core/error.h>
 
@@ -113,6 +114,21 @@ void launch_fill(void* dst, size_t n, double value) {
   HG_CUDA_CHECK(cudaGetLastError());  // launch errors (bad config, no kernel image for this GPU)
 }
 
+// Whether `s` is being captured into a graph, as far as the runtime can say.
+// An error (e.g. cudaErrorStreamCaptureImplicit: s is the legacy stream and
+// another blocking stream is capturing) leaves `known` false.
+struct CaptureState {
+  bool known = false, capturing = false;
+};
+CaptureState capture_state(cudaStream_t s) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &status) != cudaSuccess) {
+    cudaGetLastError();
+    return {};
+  }
+  return {true, status != cudaStreamCaptureStatusNone};
+}
+
 }  // namespace
 
 int device_count() {
@@ -151,7 +167,12 @@ void* allocate(size_t nbytes, int device) {
     // streams whose frees have not run, or cached chunks too fragmented for
     // this size. Wait for all work, return the unused chunks to the driver,
     // and try once more (what PyTorch's caching allocator does on OOM).
+    // Not during a graph capture (ours, or any blocking stream's when ours is
+    // the legacy stream): the sync would invalidate it.
     cudaGetLastError();
+    const CaptureState capture = capture_state(stream());
+    if (!policy::may_sync_to_retry_oom(capture.known, capture.capturing))
+      fail("{}", policy::capture_oom_message(nbytes, device));
     HG_CUDA_CHECK(cudaDeviceSynchronize());
     HG_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
     err = cudaMallocFromPoolAsync(&ptr, nbytes, pool, stream());
@@ -195,11 +216,17 @@ void copy_bytes(void* dst, bool dst_cuda, const void* src, bool src_cuda, size_t
   const cudaMemcpyKind kind = !dst_cuda  ? cudaMemcpyDeviceToHost
                               : src_cuda ? cudaMemcpyDeviceToDevice
                                          : cudaMemcpyHostToDevice;
-  // From pageable host memory the runtime stages the bytes (or copies
-  // synchronously) before returning, so the source is free to reuse at once.
+  // With a host side, wait for the stream before returning (policy.h says why):
+  // to the host, so the caller can read dst; from the host, because the runtime
+  // may read a pageable source after cudaMemcpyAsync returns (it promises
+  // staging only for the synchronous cudaMemcpy) and a pinned one is read by DMA
+  // later still, while our caller may free or reuse it at once. Queued on our
+  // stream (not cudaMemcpy on the legacy stream) so it stays ordered after the
+  // work that last used dst.
+  const bool wait = policy::copy_waits_for_stream(dst_cuda, src_cuda);
+  if (wait && capture_state(stream()).capturing) fail("{}", policy::capture_host_copy_message(nbytes, dst_cuda));
   HG_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, kind, stream()));
-  // The host reads dst next: wait until the bytes are there.
-  if (!dst_cuda) HG_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  if (wait) HG_CUDA_CHECK(cudaStreamSynchronize(stream()));
 }
 
 void fill(void* dst, DType dtype, size_t n, double value, int device) {
