@@ -21,6 +21,7 @@
 
 #include <halfgrad/core/alias.h>
 #include <halfgrad/ops/cuda/gemm.h>
+#include <halfgrad/ops/kernels.h>
 
 namespace hg = halfgrad;
 namespace cops = halfgrad::cuda_ops;
@@ -825,6 +826,69 @@ TEST_CASE("cuda GEMM counters count the documented fallbacks, and nothing fused 
     CHECK(total_fused(c) == 0);
     CHECK(total_fallback(c) == 0);
     CHECK(c.plain == 4);
+  }
+}
+
+// cuBLASLt needs 16-byte aligned epilogue pointers; a bias (or bias gradient, or aux)
+// that is a view at an odd offset is not. The layer copies the bias to an aligned
+// temporary and computes a bias gradient into one: still fused, and right.
+TEST_CASE("cuda epilogues take under-aligned bias, bias-gradient and aux views", "[cuda][linear][fusion]") {
+  using E = cops::Epilogue;
+  using F = cops::FusedEpilogue;
+  FusionGuard fusion(true);
+  for (DType dt : {DType::Float16, DType::BFloat16, DType::Float32}) {
+    INFO(dname(dt));
+    const int64_t n = 64, in = 64, features = 64;
+    const Tensor x = uniform({n, in}, dt, -1, 1), w = uniform({features, in}, dt, -0.3, 0.3);
+    const Tensor b = uniform({features}, dt, -0.5, 0.5), g = uniform({n, features}, dt);
+    const Tensor xg = dev(x), wg = dev(w), gg = dev(g);
+    // Element 1 of a device buffer: 2 or 4 bytes past a 16-byte boundary.
+    const auto odd_view = [&](const Shape& shape) {
+      return hg::alias_with(empty_cuda({hg::shape_numel(shape) + 1}, dt), shape, hg::contiguous_strides(shape), 1);
+    };
+    Tensor bias = odd_view({features});
+    hg::kernels::copy(bias, dev(b));
+
+    cops::reset_gemm_counts();
+    Tensor y = empty_cuda({n, features}, dt);
+    cops::linear_forward(xg, wg, bias, E::Bias, y, Tensor());
+    CHECK(cops::gemm_counts().fused_of(F::Bias) == 1);
+    HG_CHECK_CLOSE(y.cpu(), ref_linear(x, w, b));
+
+    Tensor db = odd_view({features});
+    Tensor dw = empty_cuda({features, in}, dt);
+    cops::reset_gemm_counts();
+    cops::linear_backward_epilogue(gg, xg, wg, E::None, Tensor(), Tensor(), dw, db);
+    CHECK(cops::gemm_counts().fused_of(F::BiasGrad) == 1);
+    HG_CHECK_CLOSE(db.cpu(), col_sums(values(g), n, features));
+
+    // z at an odd offset: cuBLASLt cannot take it as GELU_AUX, so the GEMM writes it
+    // and a pass applies tanh GELU (no fused aux epilogue, same numbers).
+    Tensor z = odd_view({n, features});
+    cops::reset_gemm_counts();
+    cops::linear_forward(xg, wg, dev(b), E::BiasGeluTanh, y, z);
+    CHECK(cops::gemm_counts().fused_of(F::GeluTanhAux) == 0);
+    CHECK(cops::gemm_counts().fallback_of(F::GeluTanhAux) == 0);  // not even asked
+    HG_CHECK_CLOSE(z.cpu(), ref_linear(x, w, b));
+
+    // Chain: the layer below's bias gradient at an odd offset, reduced by DRELU_BGRAD.
+    if (dt != DType::Float32) {
+      ReluFusionGuard relu_fusion(true);
+      Tensor h = empty_cuda({n, features}, dt);
+      const Tensor mask = cops::make_relu_mask(n, features, kCuda);
+      REQUIRE(cops::linear_forward(xg, wg, dev(b), E::BiasRelu, h, mask));
+      const Tensor w2 = uniform({32, features}, dt, -0.3, 0.3), g2 = uniform({n, 32}, dt);
+      Tensor dz = empty_cuda({n, features}, dt), db1 = odd_view({features});
+      cops::reset_gemm_counts();
+      cops::linear_backward_epilogue(dev(g2), h, dev(w2), E::None, Tensor(), dz, Tensor(), Tensor(),
+                                     cops::InputActivation{E::BiasRelu, mask, db1});
+      CHECK(cops::gemm_counts().fused_of(F::DReluBiasGrad) == 1);
+      const auto hv = values(h.cpu());
+      auto ref = matmul2d(values(g2), values(w2), n, 32, features);
+      for (size_t i = 0; i < ref.size(); ++i) ref[i] *= hv[i] > 0 ? 1.0 : 0.0;
+      HG_CHECK_CLOSE(dz.cpu(), ref);
+      HG_CHECK_CLOSE(db1.cpu(), col_sums(ref, n, features));
+    }
   }
 }
 

@@ -23,6 +23,7 @@
 
 #include <halfgrad/core/alias.h>
 #include <halfgrad/core/cuda/check.h>
+#include <halfgrad/core/cuda/policy.h>
 #include <halfgrad/core/cuda/runtime.h>
 #include <halfgrad/ops/cuda/cublas_check.h>
 #include <halfgrad/ops/cuda/cuda_kernels.h>
@@ -535,9 +536,13 @@ void check_saved(const char* op, const char* what, const Tensor& t, int64_t rows
   check_shape(op, what, t, {rows, features});
 }
 
-// cuBLASLt's GELU aux: leading dimension a multiple of 8, >= features.
+bool aligned(const Tensor& t) { return cuda::policy::epilogue_pointer_aligned(t.data_ptr()); }
+
+// cuBLASLt's GELU aux: leading dimension a multiple of 8, >= features, and (as every
+// epilogue pointer) 16-byte aligned.
 std::optional<int64_t> gelu_aux_ld(const Tensor& z) {
   const int64_t rows = z.shape()[0], features = z.shape()[1];
+  if (!aligned(z)) return std::nullopt;
   if (features > 1 && z.strides()[1] != 1) return std::nullopt;
   const int64_t ld = rows == 1 ? (features + 7) / 8 * 8 : z.strides()[0];
   if (ld % 8 != 0 || ld < features) return std::nullopt;
@@ -554,11 +559,23 @@ Tensor transposed(const Tensor& t) {  // 2-d, no dispatcher: kernels stay below 
   return alias_with(t, {t.shape()[1], t.shape()[0]}, {t.strides()[1], t.strides()[0]}, t.offset());
 }
 
+// The bias as cuBLASLt's epilogue reads it: contiguous and 16-byte aligned (a view
+// at an odd offset is copied).
 Tensor contiguous_bias(const Tensor& bias) {
-  if (!bias.defined() || bias.shape()[0] <= 1 || bias.strides()[0] == 1) return bias;
+  if (!bias.defined() || ((bias.shape()[0] <= 1 || bias.strides()[0] == 1) && aligned(bias))) return bias;
   Tensor dense = make_tensor(bias.shape(), bias.options());
   cuda_ops::copy(dense, bias);
   return dense;
+}
+
+// Where a bias-gradient epilogue (BGRADB, DRELU_BGRAD, DGELU_BGRAD) writes: grad_bias
+// itself when 16-byte aligned, else an aligned temporary copied into it afterwards
+// (finish_bias_grad).
+Tensor bias_grad_target(const Tensor& grad_bias) {
+  return aligned(grad_bias) ? grad_bias : make_tensor(grad_bias.shape(), grad_bias.options());
+}
+void finish_bias_grad(const Tensor& grad_bias, const Tensor& target) {
+  if (!target.is_same(grad_bias)) cuda_ops::copy(grad_bias, target);
 }
 
 // out = a @ b (+ bias) (+ beta * out) after the checks: the plain GEMM.
@@ -671,9 +688,10 @@ bool linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias_in, Ep
   bool act_in_epilogue = act == Act::Identity;
   const Tensor* gemm_out = &out;
   const bool relu_fusion = g_relu_fusion.load(std::memory_order_relaxed);
+  const bool mask_ok = mask && aligned(aux);  // an under-aligned mask (a view) cannot be cuBLASLt's aux
   if (act == Act::Relu && !want_z && relu_fusion) {  // cuBLASLt can write a mask, not z
-    e = mask ? (has_bias ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_RELU_AUX)
-             : (has_bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU);
+    e = mask_ok ? (has_bias ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_RELU_AUX)
+                : (has_bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU);
     act_in_epilogue = true;
   } else if (act == Act::GeluTanh && (!want_z || tanh_ld)) {
     e = want_z ? (has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
@@ -688,7 +706,7 @@ bool linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias_in, Ep
   if (fusion && e != CUBLASLT_EPILOGUE_DEFAULT) {
     c.epilogue = e;
     c.bias = has_bias ? bias.data_ptr() : nullptr;
-    if (mask && act_in_epilogue) {  // RELU_AUX(_BIAS)
+    if (mask_ok && act_in_epilogue) {  // RELU_AUX(_BIAS)
       c.aux = aux.data_ptr();
       c.aux_ld = mask_ld;
     } else if (act_in_epilogue && want_z) {
@@ -699,7 +717,7 @@ bool linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias_in, Ep
       // Done, or z (bias included) is in *gemm_out: y = act(z), copying z to aux if it is not there.
       if (!act_in_epilogue)
         epilogue_pass(act, *gemm_out, 1.0, Tensor(), want_z && gemm_out != &aux ? aux : Tensor(), out);
-      return !mask || act_in_epilogue;  // a mask is written only by RELU_AUX(_BIAS)
+      return !mask || (mask_ok && act_in_epilogue);  // a mask is written only by RELU_AUX(_BIAS)
     }
     // No kernel for this epilogue with these shapes (e.g. one row or one feature):
     // the plain GEMM below. A ReLU mask then stays unwritten (we return false).
@@ -793,9 +811,11 @@ void linear_backward_epilogue(const Tensor& grad, const Tensor& x2, const Tensor
     if (rows > 0 && features > 0 && in > 0) {
       Call c = make_call(op, transposed(gz), x2, grad_w);
       if (bias_contiguous && fusion) {
+        const Tensor target = bias_grad_target(grad_bias_in);
         c.epilogue = CUBLASLT_EPILOGUE_BGRADB;
-        c.bias = grad_bias_in.data_ptr();
+        c.bias = target.data_ptr();
         bias_done = run(c);
+        if (bias_done) finish_bias_grad(grad_bias_in, target);
       }
       if (!bias_done) {
         c.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
@@ -819,17 +839,19 @@ void linear_backward_epilogue(const Tensor& grad, const Tensor& x2, const Tensor
   if (in_act != Act::Identity && fusion) {
     const bool with_bgrad = input.grad_bias.defined() && (in <= 1 || input.grad_bias.strides()[0] == 1);
     std::optional<int64_t> ld;
-    if (in_act == Act::Relu && in_mask) {
+    if (in_act == Act::Relu && in_mask && aligned(input.saved)) {
       c.epilogue = with_bgrad ? CUBLASLT_EPILOGUE_DRELU_BGRAD : CUBLASLT_EPILOGUE_DRELU;
       ld = in_mask_ld;
     } else if (in_act == Act::GeluTanh && (ld = gelu_aux_ld(input.saved))) {
       c.epilogue = with_bgrad ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
     }
     if (ld) {
+      const Tensor target = with_bgrad ? bias_grad_target(input.grad_bias) : Tensor();
       c.aux = input.saved.data_ptr();
       c.aux_ld = *ld;
-      c.bias = with_bgrad ? input.grad_bias.data_ptr() : nullptr;
+      c.bias = with_bgrad ? target.data_ptr() : nullptr;
       if (run(c)) {
+        if (with_bgrad) finish_bias_grad(input.grad_bias, target);
         if (input.grad_bias.defined() && !with_bgrad) sum_rows(grad_x, input.grad_bias);
         return;
       }
