@@ -17,9 +17,13 @@
 #include <string>
 #include <utility>
 
+#include <cuda_runtime.h>
+
 #include <halfgrad.h>
 
 #include <halfgrad/core/alias.h>
+#include <halfgrad/core/cuda/check.h>
+#include <halfgrad/core/cuda/runtime.h>
 #include <halfgrad/ops/cuda/gemm.h>
 #include <halfgrad/ops/kernels.h>
 
@@ -890,6 +894,41 @@ TEST_CASE("cuda epilogues take under-aligned bias, bias-gradient and aux views",
       HG_CHECK_CLOSE(db1.cpu(), col_sums(ref, n, features));
     }
   }
+}
+
+// The cuBLASLt workspace is per call, from the stream-ordered pool: GEMMs on many
+// short-lived streams leave nothing behind (it used to be a 32 MiB cudaMalloc per
+// stream handle, never freed, and shared by a new stream that got a dead one's handle).
+TEST_CASE("cuda GEMMs on short-lived streams leave no workspace behind", "[cuda][gemm]") {
+  const DType dt = DType::Float16;
+  // A long k invites split-K, so some algorithm may well want a workspace.
+  const Tensor a = dev(uniform({64, 8192}, dt)), b = dev(uniform({8192, 64}, dt));
+  const auto ref = ref_gemm(a.cpu(), b.cpu());
+  HG_CUDA_CHECK(cudaDeviceSynchronize());
+  cudaMemPool_t pool;
+  HG_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, 0));
+  HG_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
+  size_t free_before = 0, free_after = 0, total = 0;
+  HG_CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
+  for (int i = 0; i < 16; ++i) {
+    INFO("stream " << i);
+    cudaStream_t s = nullptr;
+    HG_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    hg::cuda::set_current_stream(s);
+    {
+      Tensor out = empty_cuda({64, 64}, dt);
+      cops::gemm(a, b, out, Tensor(), 0.f);
+      HG_CHECK_CLOSE(out.cpu(), ref);  // .cpu() waits for s
+    }
+    HG_CUDA_CHECK(cudaStreamSynchronize(s));
+    hg::cuda::set_current_stream(nullptr);
+    HG_CUDA_CHECK(cudaStreamDestroy(s));
+  }
+  HG_CUDA_CHECK(cudaDeviceSynchronize());
+  HG_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
+  HG_CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
+  // Sixteen 32 MiB workspaces would be 512 MiB; allow some driver noise.
+  CHECK(free_after + (size_t{64} << 20) >= free_before);
 }
 
 // The bookkeeping alone, without a GPU.

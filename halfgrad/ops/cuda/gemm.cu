@@ -1,6 +1,6 @@
-// The CUDA GEMM layer (see gemm.h): cuBLASLt with one handle per device, one
-// workspace per (device, stream), and a plan cache so the hot path makes no
-// heuristic query. The elementwise passes for what cuBLASLt cannot fuse
+// The CUDA GEMM layer (see gemm.h): cuBLASLt with one handle per device, a
+// per-call workspace from the stream-ordered pool, and a plan cache so the hot
+// path makes no heuristic query. The elementwise passes for what cuBLASLt cannot fuse
 // (exact GELU, activation gradients, fallbacks) are in gemm_passes.cu.
 //
 // Row-major <-> column-major: out = A @ B runs as cuBLAS D = op(A') op(B')
@@ -64,52 +64,33 @@ cublasLtHandle_t handle(int device) {
 }
 
 // cuBLASLt's workspace (split-K partial sums, epilogue scratch). 32 MiB is
-// what cuBLAS recommends for Hopper; the heuristic is told this limit.
+// what cuBLAS recommends for Hopper: the heuristic may choose algorithms that
+// need up to this much.
 constexpr uint64_t kWorkspaceBytes = uint64_t{32} << 20;
 
-// One workspace per (device, stream): kernels on two streams may overlap, so
-// they must not share one. These are the only allocations in halfgrad that
-// bypass the stream-ordered pool (a plain cudaMalloc, once per stream, kept for
-// the life of the process): a pool block would be freed at the end of each
-// call, and a GEMM captured in a CUDA graph must find its workspace at the
-// same address on every replay.
-void* workspace(int device, cudaStream_t s) {
-  // Last answer per thread: the hot path takes no lock (entries are never freed).
-  thread_local int t_device = -1;
-  thread_local cudaStream_t t_stream = nullptr;
-  thread_local void* t_ws = nullptr;
-  if (t_ws != nullptr && t_device == device && t_stream == s) return t_ws;
+// The workspace of one call: exactly what its algorithm needs (the heuristic's
+// workspaceSize, often 0), from the stream-ordered pool on the call's stream,
+// freed (cudaFreeAsync) on that stream right after the GEMM is queued. Stream
+// order makes that safe: the next allocation on this stream that reuses the
+// block runs after the GEMM, and another stream reuses it only once the pool
+// knows the free (so the GEMM) is done. Nothing is keyed by a stream handle
+// (a destroyed stream's handle can come back for a new stream while the old
+// one's work still runs) and nothing outlives the call; in steady state the
+// pool hands back a cached block without reaching the driver. Inside a CUDA
+// graph capture the pair becomes the graph's own allocation and free nodes,
+// at a fixed address on every replay.
+class Workspace {
+ public:
+  Workspace(size_t nbytes, int device) : device_(device), ptr_(nbytes > 0 ? cuda::allocate(nbytes, device) : nullptr) {}
+  ~Workspace() { cuda::release(ptr_, device_); }
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+  void* get() const { return ptr_; }
 
-  static std::mutex mutex;
-  static std::map<std::pair<int, cudaStream_t>, void*> all;
-  std::lock_guard<std::mutex> lock(mutex);
-  void*& ws = all[{device, s}];
-  if (ws == nullptr) {
-    RelaxedCaptureMode relaxed;
-    cudaError_t err = cudaMalloc(&ws, kWorkspaceBytes);
-    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-    if (err == cudaErrorMemoryAllocation && cudaStreamIsCapturing(s, &capturing) == cudaSuccess &&
-        capturing == cudaStreamCaptureStatusNone) {
-      // The tensor pool keeps freed blocks (runtime.cu): hand them back to the driver and retry.
-      cudaGetLastError();
-      cudaMemPool_t pool;
-      if (cudaDeviceSynchronize() == cudaSuccess && cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess &&
-          cudaMemPoolTrimTo(pool, 0) == cudaSuccess)
-        err = cudaMalloc(&ws, kWorkspaceBytes);
-    }
-    if (err != cudaSuccess) {
-      ws = nullptr;
-      cudaGetLastError();
-      fail("gemm: cannot allocate cuBLASLt's {} MiB workspace on cuda:{} ({}). The GPU is out of memory: "
-           "free tensors or reduce the batch size.",
-           kWorkspaceBytes >> 20, device, cudaGetErrorString(err));
-    }
-  }
-  t_device = device;
-  t_stream = s;
-  t_ws = ws;
-  return ws;
-}
+ private:
+  int device_;
+  void* ptr_;
+};
 
 // ============================================================================================
 // Problem description
@@ -219,7 +200,8 @@ struct Plan {
   // Built once, then only read (by any number of threads at once).
   cublasLtMatrixLayoutOpaque_t a{}, b{}, d{};
   cublasLtMatmulAlgo_t algo{};
-  bool supported = false;  // false: no algorithm for this epilogue (the caller falls back)
+  size_t workspace_bytes = 0;  // what algo needs (<= kWorkspaceBytes)
+  bool supported = false;      // false: no algorithm for this epilogue (the caller falls back)
 };
 
 PlanKey key_of(const Call& c) {
@@ -316,6 +298,7 @@ std::shared_ptr<const Plan> create_plan(const PlanKey& key, const Call& c) {
                                                            &plan->d, &pref, 1, &result, &found);
   if (st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
     plan->algo = result.algo;
+    plan->workspace_bytes = std::min<size_t>(result.workspaceSize, kWorkspaceBytes);
     plan->supported = true;
   } else if (c.epilogue == CUBLASLT_EPILOGUE_DEFAULT) {
     // A plain GEMM with valid layouts always has an algorithm: this is a bug or a broken install.
@@ -389,10 +372,11 @@ bool run(const Call& c) {
   const bool f64 = c.dtype == DType::Float64;
   cudaStream_t s = stream();
   auto* layouts = const_cast<Plan*>(plan.get());  // cublasLtMatmul takes non-const handles; it only reads them
+  const Workspace ws(plan->workspace_bytes, c.device);  // released on s after the GEMM (also on a throw)
   HG_CUBLAS_CHECK_CTX(
       cublasLtMatmul(handle(c.device), &desc, f64 ? static_cast<const void*>(&alpha64) : &alpha32, c.a_ptr,
                      &layouts->a, c.b_ptr, &layouts->b, f64 ? static_cast<const void*>(&beta64) : &beta32, c.d_ptr,
-                     &layouts->d, c.d_ptr, &layouts->d, &plan->algo, workspace(c.device, s), kWorkspaceBytes, s),
+                     &layouts->d, c.d_ptr, &layouts->d, &plan->algo, ws.get(), plan->workspace_bytes, s),
       c.describe());
   return true;
 }
