@@ -129,7 +129,7 @@ TEST_CASE("cuda::allocate of 0 bytes is nullptr, and release of nullptr is a no-
   CHECK_NOTHROW(cuda::release(nullptr, 0));
 }
 
-TEST_CASE("cuda::allocate gives aligned, reusable memory", "[cuda]") {
+TEST_CASE("cuda::allocate gives aligned, reusable memory", "[cuda][large]") {
   REQUIRE_CUDA();
   for (size_t nbytes : {size_t{1}, size_t{255}, size_t{1} << 20, size_t{3} << 28}) {
     void* p = cuda::allocate(nbytes, 0);
@@ -221,7 +221,7 @@ TEST_CASE("cuda::copy_bytes of 0 bytes or host -> host needs no device", "[cuda_
 // copy: with ~50 GiB of fills queued ahead of it (milliseconds), a copy_bytes that returned
 // without waiting would let the overwrite below reach the device. (A pageable
 // source has the same hazard, less reliably shown: the runtime may stage it.)
-TEST_CASE("cuda::copy_bytes host -> device: the host source may be overwritten on return", "[cuda]") {
+TEST_CASE("cuda::copy_bytes host -> device: the host source may be overwritten on return", "[cuda][large]") {
   REQUIRE_CUDA();
   hgtest::TestStream stream;
   const size_t n = size_t{1} << 20;
