@@ -331,9 +331,6 @@ std::shared_ptr<const Plan> find_or_create_plan(const PlanKey& key, const Call& 
   return plans.try_emplace(key, std::move(plan)).first->second;
 }
 
-// Runs the call. Returns false (and does nothing) when cuBLASLt has no
-// algorithm for its epilogue; the caller then runs the plain GEMM and an
-// elementwise pass. A plain GEMM without an algorithm is an Error.
 // The counter slot (gemm.h) of a fused epilogue.
 FusedEpilogue counter_of(cublasLtEpilogue_t e) {
   switch (e) {
@@ -356,6 +353,10 @@ FusedEpilogue counter_of(cublasLtEpilogue_t e) {
   fail("gemm: internal error: epilogue {} has no counter", static_cast<unsigned>(e));
 }
 
+// Runs the call. Returns false (and does nothing) when cuBLASLt has no
+// algorithm for its epilogue; the caller then runs the plain GEMM and an
+// elementwise pass. A plain GEMM without an algorithm is an Error. Counts the
+// call (gemm.h, GemmCounts): fused or fallback when an epilogue was asked for.
 bool run(const Call& c) {
   const PlanKey key = key_of(c);  // once: the precision setting may change meanwhile
   const std::shared_ptr<const Plan> plan = find_or_create_plan(key, c);

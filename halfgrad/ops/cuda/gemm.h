@@ -126,6 +126,7 @@ struct InputActivation {
 //     linear_backward_epilogue(gz_i, h_{i-1}, W_i, Epilogue::None, {}, gz_{i-1}, dW_i, db_i,
 //                              {BiasRelu, mask_{i-1}, db_{i-1}});
 //   so every layer's dReLU and bias gradient ride in GEMM epilogues: no elementwise pass.
+//   (The mask comes from cuBLASLt's RELU_AUX_BIAS, so only with set_relu_epilogue_fusion(true).)
 void linear_backward_epilogue(const Tensor& grad, const Tensor& x2, const Tensor& w, Epilogue epi,
                               const Tensor& saved, const Tensor& grad_x, const Tensor& grad_w,
                               const Tensor& grad_bias, const InputActivation& input = {});
@@ -133,8 +134,9 @@ void linear_backward_epilogue(const Tensor& grad, const Tensor& x2, const Tensor
 // ---- a chain of Linear layers (kernels::linear_chain on CUDA, ops/cuda/linear_chain.cpp) -----
 // The chain fusion above, as one autograd node: h[i+1] = act_i(h[i] @ w[i]^T + b[i]),
 // epi[i] the Epilogue of layer i. Forward: linear_forward per layer; with `keep`, a hidden
-// ReLU layer writes cuBLASLt's mask (when fusion is on and its dtype has RELU_AUX: not
-// float64), a GELU layer z (tanh: with its row stride rounded up to a multiple of 8, so
+// ReLU layer writes cuBLASLt's mask (when fusion is on, set_relu_epilogue_fusion(true)
+// allows cuBLASLt's ReLU, and its dtype has RELU_AUX: not float64; else backward reads
+// its output), a GELU layer z (tanh: with its row stride rounded up to a multiple of 8, so
 // GELU_AUX_BIAS and DGELU_BGRAD apply at any width). Returns that per-layer state.
 // Backward, top down: the last layer's activation is one pass (nothing above it); every
 // other layer's dReLU/dGELU and bias gradient ride in the dx GEMM of the layer above
