@@ -10,9 +10,9 @@
 namespace policy = halfgrad::cuda::policy;
 
 TEST_CASE("the out-of-memory retry synchronises only when surely not capturing", "[cuda_policy]") {
-  CHECK(policy::may_sync_to_retry_oom(/*known=*/true, /*capturing=*/false));
-  CHECK_FALSE(policy::may_sync_to_retry_oom(true, true));
-  CHECK_FALSE(policy::may_sync_to_retry_oom(false, false));  // cudaStreamIsCapturing failed: maybe capturing
+  CHECK(policy::may_sync_device(/*known=*/true, /*capturing=*/false));
+  CHECK_FALSE(policy::may_sync_device(true, true));
+  CHECK_FALSE(policy::may_sync_device(false, false));  // cudaStreamIsCapturing failed: maybe capturing
   const std::string m = policy::capture_oom_message(12345, 1);
   CHECK_THAT(m, Catch::Contains("out of memory") && Catch::Contains("cuda:1") && Catch::Contains("12345 bytes") &&
                     Catch::Contains("capture"));

@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <halfgrad/core/allocator.h>
 #include <halfgrad/core/cuda/runtime.h>
 #include <halfgrad/core/error.h>
 
@@ -216,7 +217,55 @@ TEST_CASE("cuda::copy_bytes of 0 bytes or host -> host needs no device", "[cuda_
   CHECK(b == 42);
 }
 
+TEST_CASE("Storage::record_stream is for CUDA memory only", "[cuda_runtime]") {
+  halfgrad::Storage s(64, halfgrad::Device::cpu());
+  CHECK_THROWS_WITH(s.record_stream(nullptr), Catch::Contains("record_stream") && Catch::Contains("CUDA"));
+}
+
 #if defined(HALFGRAD_WITH_CUDA)
+// Memory used on stream B dies while A is current: freed on A, where the pool may hand it
+// to the next allocation on A at once. record_stream(B) makes that free wait for B's work:
+// the copy B has queued (behind a long stretch of fills) still reads the old values.
+TEST_CASE("Storage::record_stream: a free on one stream waits for another stream's work", "[cuda][large]") {
+  REQUIRE_CUDA();
+  hgtest::TestStream a;  // current
+  cudaStream_t b = nullptr;
+  HG_CUDA_CHECK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+  const size_t n = size_t{1} << 24, bytes = n * sizeof(float);
+  const halfgrad::Device dev = halfgrad::Device::cuda(0);
+  auto t = halfgrad::allocate_storage(bytes, dev);
+  auto u = halfgrad::allocate_storage(bytes, dev);
+  cuda::fill(t->data, DType::Float32, n, 1.0, 0);
+  cuda::fill(u->data, DType::Float32, n, 0.0, 0);
+  a.sync();
+  cuda::set_current_stream(b);
+  void* busy = cuda::allocate(size_t{1} << 30, 0);  // 1 GiB on b, kept busy for a while
+  for (int i = 0; i < 40; ++i) cuda::fill(busy, DType::Float32, size_t{1} << 28, 0.5 + i, 0);
+  cuda::copy_bytes(u->data, true, t->data, true, bytes, 0);  // b reads t, late
+  t->record_stream(b);
+  cuda::set_current_stream(a.get());
+  const void* old = t->data;
+  t.reset();  // freed on a, after b's copy
+  auto t2 = halfgrad::allocate_storage(bytes, dev);
+  INFO("the pool " << (t2->data == old ? "reused" : "did not reuse") << " the block");
+  cuda::fill(t2->data, DType::Float32, n, 7.0, 0);  // on a: must not overtake b's copy
+  HG_CUDA_CHECK(cudaStreamSynchronize(b));
+  a.sync();
+  std::vector<float> back(n);
+  cuda::copy_bytes(back.data(), false, u->data, true, bytes, 0);
+  size_t wrong = 0;
+  for (float v : back) wrong += v != 1.0f;
+  CHECK(wrong == 0);
+  cuda::set_current_stream(b);
+  cuda::release(busy, 0);
+  HG_CUDA_CHECK(cudaStreamSynchronize(b));
+  cuda::set_current_stream(a.get());
+  t2.reset();
+  u.reset();
+  a.sync();
+  HG_CUDA_CHECK(cudaStreamDestroy(b));
+}
+
 // A pinned source is read by the DMA engine whenever the stream gets to the
 // copy: with ~50 GiB of fills queued ahead of it (milliseconds), a copy_bytes that returned
 // without waiting would let the overwrite below reach the device. (A pageable

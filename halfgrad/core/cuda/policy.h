@@ -15,8 +15,10 @@ namespace halfgrad::cuda::policy {
 // (cudaDeviceSynchronize), trims the pool and retries. That sync is illegal while
 // a stream is captured into a CUDA graph (it invalidates the capture), so it is
 // done only when the capture status could be read and says "not capturing"; else
-// the allocation fails at once with capture_oom_message.
-inline bool may_sync_to_retry_oom(bool capture_status_known, bool capturing) {
+// the allocation fails at once with capture_oom_message. (The same rule for the
+// device-wide wait a free falls back to when it cannot be ordered after the
+// streams recorded for it: Storage::record_stream.)
+inline bool may_sync_device(bool capture_status_known, bool capturing) {
   return capture_status_known && !capturing;
 }
 

@@ -171,7 +171,7 @@ void* allocate(size_t nbytes, int device) {
     // the legacy stream): the sync would invalidate it.
     cudaGetLastError();
     const CaptureState capture = capture_state(stream());
-    if (!policy::may_sync_to_retry_oom(capture.known, capture.capturing))
+    if (!policy::may_sync_device(capture.known, capture.capturing))
       fail("{}", policy::capture_oom_message(nbytes, device));
     HG_CUDA_CHECK(cudaDeviceSynchronize());
     HG_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
@@ -202,6 +202,42 @@ void release(void* ptr, int device) noexcept {
   if (err == cudaErrorCudartUnloading) return;
   std::fprintf(stderr, "halfgrad: cudaFreeAsync(%p) on cuda:%d failed: %s (%s)\n", ptr, device,
                cudaGetErrorString(err), cudaGetErrorName(err));
+}
+
+void release_after(void* ptr, int device, void* const* streams, size_t n) noexcept {
+  if (ptr == nullptr) return;
+  int prev = -1;
+  cudaError_t err = cudaGetDevice(&prev);
+  if (err == cudaSuccess && prev != device) err = cudaSetDevice(device);
+  const cudaStream_t s = stream();
+  for (size_t i = 0; i < n && err == cudaSuccess; ++i) {
+    const auto other = static_cast<cudaStream_t>(streams[i]);
+    if (other == s) continue;
+    // An event per stream, destroyed at once: the wait already queued keeps it.
+    cudaEvent_t e = nullptr;
+    err = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    if (err == cudaSuccess) err = cudaEventRecord(e, other);
+    if (err == cudaSuccess) err = cudaStreamWaitEvent(s, e, 0);
+    if (e != nullptr) cudaEventDestroy(e);
+  }
+  if (err != cudaSuccess) {
+    // The free cannot be ordered after the other streams: report it, and wait for the
+    // whole device instead where that is allowed (not during a capture), so the memory is
+    // still not reused too early.
+    const cudaError_t first = err;
+    cudaGetLastError();
+    const CaptureState capture = capture_state(s);
+    const bool synced = policy::may_sync_device(capture.known, capture.capturing) &&
+                        cudaDeviceSynchronize() == cudaSuccess;
+    if (!synced) cudaGetLastError();
+    if (first != cudaErrorCudartUnloading)
+      std::fprintf(stderr, "halfgrad: ordering the free of %p on cuda:%d after %zu other stream(s) failed: %s (%s)%s\n",
+                   ptr, device, n, cudaGetErrorString(first), cudaGetErrorName(first),
+                   synced ? "; waited for the device instead" : "");
+    err = cudaSuccess;
+  }
+  if (prev >= 0 && prev != device) cudaSetDevice(prev);
+  release(ptr, device);
 }
 
 void copy_bytes(void* dst, bool dst_cuda, const void* src, bool src_cuda, size_t nbytes,

@@ -34,6 +34,12 @@ void* allocate(size_t nbytes, int device);
 // cudaFreeAsync on current_stream(): the memory is reusable by later work on
 // that stream at once. Never throws; errors go to stderr. nullptr is a no-op.
 void release(void* ptr, int device) noexcept;
+// The same, after the work queued so far on each of `streams` (n of them): each
+// gets an event that current_stream() waits for before the free, so the pool
+// cannot hand the memory to later work on this stream while another stream still
+// uses it (what Storage::record_stream asks for). A stream equal to
+// current_stream() needs no event. Every stream must still exist.
+void release_after(void* ptr, int device, void* const* streams, size_t n) noexcept;
 
 // Copies nbytes; each side is CUDA memory on `device` or host memory (pageable
 // or pinned). Queued on current_stream(); a copy with a host side waits for that
