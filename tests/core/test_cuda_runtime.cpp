@@ -312,10 +312,14 @@ TEST_CASE("cuda::allocate out of memory during graph capture is a clear Error, t
   if (graph != nullptr) cudaGraphDestroy(graph);
   cudaGetLastError();
   CHECK(p == nullptr);
-  CHECK_THAT(message, Catch::Contains("out of memory") && Catch::Contains("capture"));
+  // Before: "CUDA error in cudaDeviceSynchronize(): operation not permitted when stream is capturing".
+  CHECK_THAT(message, Catch::Contains("out of memory") && Catch::Contains("during CUDA graph capture"));
+  CHECK_THAT(message, !Catch::Contains("cudaDeviceSynchronize"));
+  // No sync ran, so nothing of ours ended the capture (the failed cudaMallocAsync itself may
+  // have, depending on the driver: reported, not required).
   CHECK(query == cudaSuccess);
-  CHECK(status == cudaStreamCaptureStatusActive);  // no sync ran: the capture is still good
-  CHECK(end == cudaSuccess);
+  CHECK_NOFAIL(status == cudaStreamCaptureStatusActive);
+  CHECK_NOFAIL(end == cudaSuccess);
 }
 
 TEST_CASE("cuda::copy_bytes with a host side during graph capture is a clear Error", "[cuda]") {
@@ -334,8 +338,8 @@ TEST_CASE("cuda::copy_bytes with a host side during graph capture is a clear Err
   const cudaError_t end = cudaStreamEndCapture(stream.get(), &graph);
   if (graph != nullptr) cudaGraphDestroy(graph);
   cudaGetLastError();
-  CHECK_THAT(message, Catch::Contains("host-to-device") && Catch::Contains("capture"));
-  CHECK(end == cudaSuccess);
+  CHECK_THAT(message, Catch::Contains("host-to-device") && Catch::Contains("during CUDA graph capture"));
+  CHECK(end == cudaSuccess);  // refused before anything was queued: the capture is intact
 }
 
 #endif  // HALFGRAD_WITH_CUDA
