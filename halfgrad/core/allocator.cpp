@@ -1,5 +1,6 @@
 #include <halfgrad/core/allocator.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <limits>
 
@@ -24,10 +25,18 @@ Storage::Storage(size_t n, Device d) : data(allocate_bytes(n, d)), nbytes(n), de
 Storage::~Storage() {
   if (!data) return;
   if (device.is_cuda()) {
-    cuda::release(data, device.index());
+    if (streams_.empty()) cuda::release(data, device.index());
+    else cuda::release_after(data, device.index(), streams_.data(), streams_.size());
   } else {
     std::free(data);
   }
+}
+
+void Storage::record_stream(void* stream) {
+  HG_CHECK(device.is_cuda(), "record_stream: the storage is on {}, not a CUDA device; streams order CUDA work only",
+           device.str());
+  std::lock_guard<std::mutex> lock(streams_mutex_);
+  if (std::find(streams_.begin(), streams_.end(), stream) == streams_.end()) streams_.push_back(stream);
 }
 
 std::shared_ptr<Storage> allocate_storage(size_t nbytes, Device device) {

@@ -9,8 +9,15 @@
 #include <type_traits>
 #include <vector>
 
+#include <halfgrad/core/allocator.h>
 #include <halfgrad/core/cuda/runtime.h>
 #include <halfgrad/core/error.h>
+
+#if defined(HALFGRAD_WITH_CUDA)
+#include <string>
+
+#include "cuda_graph.h"  // the CUDA runtime API, for pinned memory and graph capture
+#endif
 
 namespace cuda = halfgrad::cuda;
 using halfgrad::BFloat16;
@@ -123,7 +130,7 @@ TEST_CASE("cuda::allocate of 0 bytes is nullptr, and release of nullptr is a no-
   CHECK_NOTHROW(cuda::release(nullptr, 0));
 }
 
-TEST_CASE("cuda::allocate gives aligned, reusable memory", "[cuda]") {
+TEST_CASE("cuda::allocate gives aligned, reusable memory", "[cuda][large]") {
   REQUIRE_CUDA();
   for (size_t nbytes : {size_t{1}, size_t{255}, size_t{1} << 20, size_t{3} << 28}) {
     void* p = cuda::allocate(nbytes, 0);
@@ -209,3 +216,130 @@ TEST_CASE("cuda::copy_bytes of 0 bytes or host -> host needs no device", "[cuda_
   cuda::copy_bytes(&b, false, &a, false, sizeof(int), 0);
   CHECK(b == 42);
 }
+
+TEST_CASE("Storage::record_stream is for CUDA memory only", "[cuda_runtime]") {
+  halfgrad::Storage s(64, halfgrad::Device::cpu());
+  CHECK_THROWS_WITH(s.record_stream(nullptr), Catch::Contains("record_stream") && Catch::Contains("CUDA"));
+}
+
+#if defined(HALFGRAD_WITH_CUDA)
+// Memory used on stream B dies while A is current: freed on A, where the pool may hand it
+// to the next allocation on A at once. record_stream(B) makes that free wait for B's work:
+// the copy B has queued (behind a long stretch of fills) still reads the old values.
+TEST_CASE("Storage::record_stream: a free on one stream waits for another stream's work", "[cuda][large]") {
+  REQUIRE_CUDA();
+  hgtest::TestStream a;  // current
+  cudaStream_t b = nullptr;
+  HG_CUDA_CHECK(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking));
+  const size_t n = size_t{1} << 24, bytes = n * sizeof(float);
+  const halfgrad::Device dev = halfgrad::Device::cuda(0);
+  auto t = halfgrad::allocate_storage(bytes, dev);
+  auto u = halfgrad::allocate_storage(bytes, dev);
+  cuda::fill(t->data, DType::Float32, n, 1.0, 0);
+  cuda::fill(u->data, DType::Float32, n, 0.0, 0);
+  a.sync();
+  cuda::set_current_stream(b);
+  void* busy = cuda::allocate(size_t{1} << 30, 0);  // 1 GiB on b, kept busy for a while
+  for (int i = 0; i < 40; ++i) cuda::fill(busy, DType::Float32, size_t{1} << 28, 0.5 + i, 0);
+  cuda::copy_bytes(u->data, true, t->data, true, bytes, 0);  // b reads t, late
+  t->record_stream(b);
+  cuda::set_current_stream(a.get());
+  const void* old = t->data;
+  t.reset();  // freed on a, after b's copy
+  auto t2 = halfgrad::allocate_storage(bytes, dev);
+  INFO("the pool " << (t2->data == old ? "reused" : "did not reuse") << " the block");
+  cuda::fill(t2->data, DType::Float32, n, 7.0, 0);  // on a: must not overtake b's copy
+  HG_CUDA_CHECK(cudaStreamSynchronize(b));
+  a.sync();
+  std::vector<float> back(n);
+  cuda::copy_bytes(back.data(), false, u->data, true, bytes, 0);
+  size_t wrong = 0;
+  for (float v : back) wrong += v != 1.0f;
+  CHECK(wrong == 0);
+  cuda::set_current_stream(b);
+  cuda::release(busy, 0);
+  HG_CUDA_CHECK(cudaStreamSynchronize(b));
+  cuda::set_current_stream(a.get());
+  t2.reset();
+  u.reset();
+  a.sync();
+  HG_CUDA_CHECK(cudaStreamDestroy(b));
+}
+
+// A pinned source is read by the DMA engine whenever the stream gets to the
+// copy: with ~50 GiB of fills queued ahead of it (milliseconds), a copy_bytes that returned
+// without waiting would let the overwrite below reach the device. (A pageable
+// source has the same hazard, less reliably shown: the runtime may stage it.)
+TEST_CASE("cuda::copy_bytes host -> device: the host source may be overwritten on return", "[cuda][large]") {
+  REQUIRE_CUDA();
+  hgtest::TestStream stream;
+  const size_t n = size_t{1} << 20;
+  int64_t* pinned = nullptr;
+  HG_CUDA_CHECK(cudaMallocHost(&pinned, n * sizeof(int64_t)));
+  for (size_t i = 0; i < n; ++i) pinned[i] = static_cast<int64_t>(i);
+  {
+    DeviceBuffer<float> busy(size_t{1} << 28);  // 1 GiB
+    for (int i = 0; i < 50; ++i) cuda::fill(busy.ptr, DType::Float32, busy.n, 0.5 + i, 0);  // keeps the stream busy
+    DeviceBuffer<int64_t> buf(n);
+    cuda::copy_bytes(buf.ptr, true, pinned, false, n * sizeof(int64_t), 0);
+    for (size_t i = 0; i < n; ++i) pinned[i] = -1;
+    const std::vector<int64_t> back = buf.to_host();
+    size_t wrong = 0;
+    for (size_t i = 0; i < n; ++i) wrong += back[i] != static_cast<int64_t>(i);
+    CHECK(wrong == 0);
+  }
+  cudaFreeHost(pinned);
+}
+
+// Out of memory while capturing: no cudaDeviceSynchronize (it would invalidate the
+// capture and report a confusing capture error), but a clear Error saying why.
+TEST_CASE("cuda::allocate out of memory during graph capture is a clear Error, the capture intact", "[cuda]") {
+  REQUIRE_CUDA();
+  hgtest::TestStream stream;
+  HG_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeGlobal));
+  std::string message;
+  void* p = nullptr;
+  try {
+    p = cuda::allocate(size_t{1} << 50, 0);  // 1 PiB: no GPU has it, not even as address space
+  } catch (const halfgrad::Error& e) {
+    message = e.what();
+  }
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  const cudaError_t query = cudaStreamIsCapturing(stream.get(), &status);
+  if (p != nullptr) cuda::release(p, 0);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(stream.get(), &graph);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  cudaGetLastError();
+  CHECK(p == nullptr);
+  // Before: "CUDA error in cudaDeviceSynchronize(): operation not permitted when stream is capturing".
+  CHECK_THAT(message, Catch::Contains("out of memory") && Catch::Contains("during CUDA graph capture"));
+  CHECK_THAT(message, !Catch::Contains("cudaDeviceSynchronize"));
+  // No sync ran, so nothing of ours ended the capture (the failed cudaMallocAsync itself may
+  // have, depending on the driver: reported, not required).
+  CHECK(query == cudaSuccess);
+  CHECK_NOFAIL(status == cudaStreamCaptureStatusActive);
+  CHECK_NOFAIL(end == cudaSuccess);
+}
+
+TEST_CASE("cuda::copy_bytes with a host side during graph capture is a clear Error", "[cuda]") {
+  REQUIRE_CUDA();
+  hgtest::TestStream stream;
+  DeviceBuffer<int> buf(16);
+  std::vector<int> host(16, 3);
+  HG_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeGlobal));
+  std::string message;
+  try {
+    cuda::copy_bytes(buf.ptr, true, host.data(), false, host.size() * sizeof(int), 0);
+  } catch (const halfgrad::Error& e) {
+    message = e.what();
+  }
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(stream.get(), &graph);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  cudaGetLastError();
+  CHECK_THAT(message, Catch::Contains("host-to-device") && Catch::Contains("during CUDA graph capture"));
+  CHECK(end == cudaSuccess);  // refused before anything was queued: the capture is intact
+}
+
+#endif  // HALFGRAD_WITH_CUDA

@@ -12,13 +12,20 @@
 #if defined(HALFGRAD_WITH_CUDA)
 
 #include <array>
+#include <cmath>
+#include <set>
 #include <string>
 #include <utility>
+
+#include <cuda_runtime.h>
 
 #include <halfgrad.h>
 
 #include <halfgrad/core/alias.h>
+#include <halfgrad/core/cuda/check.h>
+#include <halfgrad/core/cuda/runtime.h>
 #include <halfgrad/ops/cuda/gemm.h>
+#include <halfgrad/ops/kernels.h>
 
 namespace hg = halfgrad;
 namespace cops = halfgrad::cuda_ops;
@@ -39,6 +46,12 @@ struct FusionGuard {
   bool saved = cops::epilogue_fusion();
   explicit FusionGuard(bool on) { cops::set_epilogue_fusion(on); }
   ~FusionGuard() { cops::set_epilogue_fusion(saved); }
+};
+// cuBLASLt's RELU epilogues (NaN -> 0) are off by default; the mask exists only with them.
+struct ReluFusionGuard {
+  bool saved = cops::relu_epilogue_fusion();
+  explicit ReluFusionGuard(bool on) { cops::set_relu_epilogue_fusion(on); }
+  ~ReluFusionGuard() { cops::set_relu_epilogue_fusion(saved); }
 };
 
 // ---- operands in a given memory layout, the same on the host and the device -------------------
@@ -344,6 +357,36 @@ TEST_CASE("cuda gemm rejects bad arguments with a clear error", "[cuda][gemm]") 
 // =============================================================================================
 // linear_forward
 
+namespace {
+// cuBLASLt writes a ReLU bit mask (RELU_AUX_BIAS) and reads it (DRELU) for these dtypes;
+// float64 has neither kernel (gemm.h: linear_forward returns false, backward reads y).
+bool has_relu_mask(DType dt) { return dt != DType::Float64; }
+
+// The mask of a [rows, features] activation y, decoded by cuBLASLt itself: the DRELU
+// epilogue of dx = ones @ I (one GEMM, k = features) gives mask ? 1 : 0 per element,
+// whatever the mask's private bit order. No input.output is passed, so a missing DRELU
+// kernel is an Error rather than a silent fallback to y.
+std::vector<double> decode_mask(const Tensor& mask, const Tensor& y) {
+  const int64_t rows = y.shape()[0], features = y.shape()[1];
+  const DType dt = y.dtype();
+  std::vector<double> eye(static_cast<size_t>(features * features), 0.0);
+  for (int64_t i = 0; i < features; ++i) eye[static_cast<size_t>(i * features + i)] = 1.0;
+  const Tensor ones = dev(make(std::vector<double>(static_cast<size_t>(rows * features), 1.0), {rows, features}, dt));
+  const Tensor identity = dev(make(eye, {features, features}, dt));
+  Tensor bits = empty_cuda({rows, features}, dt);
+  cops::linear_backward_epilogue(ones, y, identity, cops::Epilogue::None, Tensor(), bits, Tensor(), Tensor(),
+                                 cops::InputActivation{cops::Epilogue::BiasRelu, mask, Tensor()});
+  return values(bits.cpu());
+}
+
+// relu'(z) as the mask should hold it: y > 0 (y = relu(z)).
+std::vector<double> positives(const Tensor& y) {
+  std::vector<double> v = values(y.cpu());
+  for (auto& e : v) e = e > 0 ? 1.0 : 0.0;
+  return v;
+}
+}  // namespace
+
 TEST_CASE("cuda linear_forward applies bias and activation in every dtype, fused and unfused", "[cuda][linear]") {
   using E = cops::Epilogue;
   for (DType dt : kFloatDTypes)
@@ -379,10 +422,21 @@ TEST_CASE("cuda linear_forward applies bias and activation in every dtype, fused
             }
             if (epi == E::BiasRelu && fused) {
               INFO("ReLU mask");
+              {  // by default cuBLASLt's RELU does not run (it maps NaN to 0): no mask, y right
+                Tensor mask = cops::make_relu_mask(n, features, kCuda);
+                Tensor out3 = empty_cuda({n, features}, dt);
+                CHECK_FALSE(cops::linear_forward(xg, wg, bg, epi, out3, mask));
+                HG_CHECK_CLOSE(out3.cpu(), y);
+              }
+              ReluFusionGuard relu_fusion(true);
               Tensor mask = cops::make_relu_mask(n, features, kCuda);
               Tensor out3 = empty_cuda({n, features}, dt);
-              cops::linear_forward(xg, wg, bg, epi, out3, mask);
-              HG_CHECK_CLOSE(out3.cpu(), y);
+              const bool wrote = cops::linear_forward(xg, wg, bg, epi, out3, mask);
+              HG_CHECK_CLOSE(out3.cpu(), y);  // y is right either way
+              // cuBLASLt writes the mask for float32 and the half types; float64 has no
+              // RELU_AUX kernel: false, and backward must read y (tested on its own below).
+              CHECK(wrote == has_relu_mask(dt));
+              if (wrote) CHECK(decode_mask(mask, out3) == positives(out3));
             }
           }
 }
@@ -495,9 +549,11 @@ TEST_CASE("cuda chain fusion: the next layer's dx GEMM applies dReLU or dGELU an
         for (const Variant& v : {Variant{"relu mask", E::BiasRelu, true}, Variant{"relu output", E::BiasRelu, false},
                                  Variant{"gelu tanh", E::BiasGeluTanh, false}, Variant{"gelu exact", E::BiasGelu, false}}) {
           if (v.mask && !fused) continue;  // the mask exists only with fusion
+          if (v.mask && !has_relu_mask(dt)) continue;  // float64: its fallback has a case of its own
           if (hidden % 8 != 0 && v.epi == E::BiasRelu) continue;  // the width rule is the GELU aux's
           INFO(dname(dt) << (fused ? " fused " : " unfused ") << v.name << " hidden " << hidden);
           FusionGuard fusion(fused);
+          ReluFusionGuard relu_fusion(v.mask);  // the mask is cuBLASLt's RELU_AUX_BIAS's
           const int64_t n = 40, in = 24, out = 16;
           const Tensor x = uniform({n, in}, dt, -1, 1), w1 = uniform({hidden, in}, dt, -0.3, 0.3);
           const Tensor b1 = uniform({hidden}, dt, -0.5, 0.5), w2 = uniform({out, hidden}, dt, -0.3, 0.3);
@@ -507,7 +563,7 @@ TEST_CASE("cuda chain fusion: the next layer's dx GEMM applies dReLU or dGELU an
           Tensor h = empty_cuda({n, hidden}, dt);
           Tensor aux = v.mask ? cops::make_relu_mask(n, hidden, kCuda)
                               : (v.epi == E::BiasRelu ? Tensor() : empty_cuda({n, hidden}, dt));
-          cops::linear_forward(xg, w1g, dev(b1), v.epi, h, aux);
+          REQUIRE(cops::linear_forward(xg, w1g, dev(b1), v.epi, h, aux));  // the mask (if any) is written
           const Tensor saved = v.mask ? aux : (v.epi == E::BiasRelu ? h : aux);
 
           Tensor dz1 = empty_cuda({n, hidden}, dt), dw2 = empty_cuda({out, hidden}, dt);
@@ -531,6 +587,366 @@ TEST_CASE("cuda chain fusion: the next layer's dx GEMM applies dReLU or dGELU an
           cops::linear_backward_epilogue(dz1, xg, w1g, E::None, Tensor(), Tensor(), dw1, Tensor());
           HG_CHECK_CLOSE(dw1.cpu(), ref_tn(values(dz1.cpu()), values(x), n, hidden, in));
         }
+}
+
+// float64 has no RELU_AUX kernel: linear_forward returns false and leaves the mask
+// unwritten, y is right, and backward reads y instead (what linear_chain does).
+TEST_CASE("cuda float64 ReLU mask: linear_forward says it wrote none, and backward reads y",
+          "[cuda][linear][backward]") {
+  using E = cops::Epilogue;
+  const DType dt = DType::Float64;
+  FusionGuard fusion(true);
+  ReluFusionGuard relu_fusion(true);  // allowed: the missing mask is float64's
+  const int64_t n = 40, in = 24, hidden = 32, out = 16;
+  const Tensor x = uniform({n, in}, dt, -1, 1), w1 = uniform({hidden, in}, dt, -0.3, 0.3);
+  const Tensor b1 = uniform({hidden}, dt, -0.5, 0.5), w2 = uniform({out, hidden}, dt, -0.3, 0.3);
+  const Tensor g = uniform({n, out}, dt, -1, 1);
+  Tensor h = empty_cuda({n, hidden}, dt);
+  const Tensor mask = cops::make_relu_mask(n, hidden, kCuda);
+  CHECK_FALSE(cops::linear_forward(dev(x), dev(w1), dev(b1), E::BiasRelu, h, mask));
+  auto y = ref_linear(x, w1, b1);
+  for (auto& v : y) v = v > 0 ? v : 0;
+  HG_CHECK_CLOSE(h.cpu(), y);
+
+  const auto hv = values(h.cpu());
+  auto dz = matmul2d(values(g), values(w2), n, out, hidden);
+  for (size_t i = 0; i < dz.size(); ++i) dz[i] *= hv[i] > 0 ? 1.0 : 0.0;
+  // The documented fallback: backward reads y (the mask was not written: never pass it on).
+  Tensor dz1 = empty_cuda({n, hidden}, dt), db1 = empty_cuda({hidden}, dt);
+  cops::linear_backward_epilogue(dev(g), h, dev(w2), E::None, Tensor(), dz1, Tensor(), Tensor(),
+                                 cops::InputActivation{E::BiasRelu, h, db1});
+  HG_CHECK_CLOSE(dz1.cpu(), dz);
+  HG_CHECK_CLOSE(db1.cpu(), col_sums(dz, n, hidden));
+}
+
+// =============================================================================================
+// NaN through ReLU: relu(NaN) = NaN (ops/math.h, the CPU backend, PyTorch). cuBLASLt's RELU
+// epilogue is max(x, 0), which may give 0: by default it does not run, so the fused path
+// (BIAS epilogue + our pass) keeps NaN like the unfused one.
+
+TEST_CASE("cuda Linear+ReLU keeps a NaN pre-activation NaN, fused and unfused", "[cuda][linear][nan]") {
+  using E = cops::Epilogue;
+  for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16})
+    for (bool fused : {true, false}) {
+      INFO(dname(dt) << (fused ? " fused" : " unfused"));
+      FusionGuard fusion(fused);
+      const int64_t n = 16, in = 32, features = 32, bad = 5;
+      Tensor x = uniform({n, in}, dt, -1, 1);
+      write_raw(x, bad * in + 3, std::nan(""));  // row 5's z is NaN in every feature
+      const Tensor w = uniform({features, in}, dt, -0.3, 0.3), b = uniform({features}, dt, -0.5, 0.5);
+      auto y = ref_linear(x, w, b);  // NaN in row 5 (NaN * w propagates)
+      for (auto& v : y) v = std::isnan(v) ? v : (v > 0 ? v : 0);
+
+      Tensor out = empty_cuda({n, features}, dt);
+      cops::linear_forward(dev(x), dev(w), dev(b), E::BiasRelu, out, Tensor());
+      const auto got = values(out.cpu());
+      for (int64_t j = 0; j < features; ++j) CHECK(std::isnan(got[static_cast<size_t>(bad * features + j)]));
+      HG_CHECK_CLOSE(out.cpu(), y);  // NaN where the reference is NaN (test_util compares NaN as equal)
+
+      // The public op, and a Linear/ReLU chain (what nn.Sequential fuses), on the device.
+      const Tensor yd = hg::linear(dev(x), dev(w), dev(b), hg::Activation::ReLU);
+      const auto gy = values(yd.cpu());
+      for (int64_t j = 0; j < features; ++j) CHECK(std::isnan(gy[static_cast<size_t>(bad * features + j)]));
+      const std::vector<Tensor> h = {dev(x), empty_cuda({n, features}, dt), empty_cuda({n, 8}, dt)};
+      const std::vector<Tensor> ws = {dev(w), dev(uniform({8, features}, dt))}, bs = {dev(b), Tensor()};
+      cops::linear_chain(h, ws, bs, {E::BiasRelu, E::None}, /*keep=*/true);
+      const auto gh = values(h[1].cpu()), gtop = values(h[2].cpu());
+      for (int64_t j = 0; j < features; ++j) CHECK(std::isnan(gh[static_cast<size_t>(bad * features + j)]));
+      for (int64_t j = 0; j < 8; ++j) CHECK(std::isnan(gtop[static_cast<size_t>(bad * 8 + j)]));  // reaches the loss
+    }
+  {
+    // Opted in: cuBLASLt's RELU may give 0 for NaN (the documented trade); the other rows agree.
+    FusionGuard fusion(true);
+    ReluFusionGuard relu_fusion(true);
+    const DType dt = DType::Float16;
+    const int64_t n = 16, in = 32, features = 32, bad = 5;
+    Tensor x = uniform({n, in}, dt, -1, 1);
+    write_raw(x, bad * in + 3, std::nan(""));
+    const Tensor w = uniform({features, in}, dt, -0.3, 0.3), b = uniform({features}, dt, -0.5, 0.5);
+    auto y = ref_linear(x, w, b);
+    for (auto& v : y) v = std::isnan(v) ? v : (v > 0 ? v : 0);
+    Tensor out = empty_cuda({n, features}, dt);
+    cops::linear_forward(dev(x), dev(w), dev(b), E::BiasRelu, out, Tensor());
+    const auto got = values(out.cpu());
+    for (int64_t j = 0; j < features; ++j) {
+      const double v = got[static_cast<size_t>(bad * features + j)];
+      CHECK((std::isnan(v) || v == 0.0));
+      y[static_cast<size_t>(bad * features + j)] = v;  // whichever it gave
+    }
+    HG_CHECK_CLOSE(out.cpu(), y);
+  }
+}
+
+// The setting's default, without a GPU: PyTorch's NaN semantics unless opted out.
+TEST_CASE("cuBLASLt's NaN-to-zero ReLU epilogue is off by default", "[gemm_counts]") {
+  CHECK_FALSE(cops::relu_epilogue_fusion());
+  {
+    ReluFusionGuard on(true);
+    CHECK(cops::relu_epilogue_fusion());
+  }
+  CHECK_FALSE(cops::relu_epilogue_fusion());
+}
+
+// =============================================================================================
+// Counters: a fused epilogue really ran (with every heuristic answering "unsupported" the
+// cases above would still pass, on the fallbacks)
+
+namespace {
+uint64_t total_fused(const cops::GemmCounts& c) {
+  uint64_t t = 0;
+  for (uint64_t v : c.fused) t += v;
+  return t;
+}
+uint64_t total_fallback(const cops::GemmCounts& c) {
+  uint64_t t = 0;
+  for (uint64_t v : c.fallback) t += v;
+  return t;
+}
+}  // namespace
+
+TEST_CASE("cuda Linear epilogues are fused for aligned float16 and bfloat16 shapes", "[cuda][linear][fusion]") {
+  using E = cops::Epilogue;
+  using F = cops::FusedEpilogue;
+  FusionGuard fusion(true);
+  for (DType dt : {DType::Float16, DType::BFloat16}) {
+    INFO(dname(dt));
+    const int64_t n = 64, in = 64, features = 64;  // every row 128 bytes: 16-byte aligned everywhere
+    const Tensor x = dev(uniform({n, in}, dt, -1, 1)), w = dev(uniform({features, in}, dt, -0.3, 0.3));
+    const Tensor b = dev(uniform({features}, dt, -0.5, 0.5));
+    Tensor y = empty_cuda({n, features}, dt);
+
+    // ReLU by default: the bias in the GEMM's epilogue, our NaN-keeping ReLU pass after it.
+    cops::reset_gemm_counts();
+    const Tensor mask = cops::make_relu_mask(n, features, kCuda);
+    cops::linear_forward(x, w, b, E::BiasRelu, y, Tensor());
+    CHECK_FALSE(cops::linear_forward(x, w, b, E::BiasRelu, y, mask));
+    CHECK(cops::gemm_counts().fused_of(F::Bias) == 2);
+    CHECK(cops::gemm_counts().fused_of(F::Relu) + cops::gemm_counts().fused_of(F::ReluMask) == 0);
+    {
+      ReluFusionGuard relu_fusion(true);  // cuBLASLt's RELU allowed
+      cops::reset_gemm_counts();
+      cops::linear_forward(x, w, b, E::BiasRelu, y, Tensor());
+      CHECK(cops::gemm_counts().fused_of(F::Relu) == 1);
+      cops::reset_gemm_counts();
+      CHECK(cops::linear_forward(x, w, b, E::BiasRelu, y, mask));
+      CHECK(cops::gemm_counts().fused_of(F::ReluMask) == 1);
+    }
+
+    cops::reset_gemm_counts();
+    cops::linear_forward(x, w, b, E::BiasGeluTanh, y, Tensor());
+    CHECK(cops::gemm_counts().fused_of(F::GeluTanh) == 1);
+
+    cops::reset_gemm_counts();
+    Tensor z = empty_cuda({n, features}, dt);
+    cops::linear_forward(x, w, b, E::BiasGeluTanh, y, z);
+    CHECK(cops::gemm_counts().fused_of(F::GeluTanhAux) == 1);
+
+    cops::reset_gemm_counts();
+    cops::linear_forward(x, w, b, E::Bias, y, Tensor());
+    CHECK(cops::gemm_counts().fused_of(F::Bias) == 1);
+
+    // Backward: grad_w's GEMM reduces grad_bias (BGRADB); dx is a plain GEMM.
+    cops::reset_gemm_counts();
+    const Tensor g = dev(uniform({n, features}, dt));
+    Tensor dx = empty_cuda({n, in}, dt), dw = empty_cuda({features, in}, dt), db = empty_cuda({features}, dt);
+    cops::linear_backward_epilogue(g, x, w, E::None, Tensor(), dx, dw, db);
+    const cops::GemmCounts c = cops::gemm_counts();
+    CHECK(c.fused_of(F::BiasGrad) == 1);
+    CHECK(c.plain == 1);
+    CHECK(total_fallback(c) == 0);
+  }
+}
+
+TEST_CASE("cuda linear_chain's hidden dReLU and dGELU ride in DRELU_BGRAD and DGELU_BGRAD",
+          "[cuda][linear][chain][fusion]") {
+  using E = cops::Epilogue;
+  using F = cops::FusedEpilogue;
+  FusionGuard fusion(true);
+  ReluFusionGuard relu_fusion(true);  // the ReLU mask and DRELU_BGRAD need cuBLASLt's RELU
+  for (DType dt : {DType::Float16, DType::BFloat16})
+    for (E act : {E::BiasRelu, E::BiasGeluTanh}) {
+      INFO(dname(dt) << " " << epi_name(act));
+      const int64_t n = 64, in = 64, hidden = 64, out = 32;
+      const std::vector<Tensor> w = {dev(uniform({hidden, in}, dt, -0.3, 0.3)), dev(uniform({out, hidden}, dt, -0.3, 0.3))};
+      const std::vector<Tensor> b = {dev(uniform({hidden}, dt)), dev(uniform({out}, dt))};
+      const std::vector<Tensor> h = {dev(uniform({n, in}, dt)), empty_cuda({n, hidden}, dt), empty_cuda({n, out}, dt)};
+      const std::vector<E> epi = {act, E::Bias};
+      cops::reset_gemm_counts();
+      const std::vector<Tensor> saved = cops::linear_chain(h, w, b, epi, /*keep=*/true);
+      CHECK(cops::gemm_counts().fused_of(act == E::BiasRelu ? F::ReluMask : F::GeluTanhAux) == 1);
+      CHECK(cops::gemm_counts().fused_of(F::Bias) == 1);
+
+      const Tensor dx = empty_cuda({n, in}, dt);
+      const std::vector<Tensor> dw = {empty_cuda({hidden, in}, dt), empty_cuda({out, hidden}, dt)};
+      const std::vector<Tensor> db = {empty_cuda({hidden}, dt), empty_cuda({out}, dt)};
+      cops::reset_gemm_counts();
+      cops::linear_chain_backward(dev(uniform({n, out}, dt)), h, w, epi, saved, dx, dw, db);
+      const cops::GemmCounts c = cops::gemm_counts();
+      CHECK(c.fused_of(act == E::BiasRelu ? F::DReluBiasGrad : F::DGeluBiasGrad) == 1);
+      CHECK(c.fused_of(F::BiasGrad) == 1);  // the top layer's db
+      CHECK(total_fallback(c) == 0);
+    }
+}
+
+TEST_CASE("cuda GEMM counters count the documented fallbacks, and nothing fused with fusion off",
+          "[cuda][linear][fusion]") {
+  using E = cops::Epilogue;
+  using F = cops::FusedEpilogue;
+  const int64_t n = 32, in = 32, features = 32;
+  {
+    // float64: no RELU_AUX kernel, so the mask epilogue is asked for and falls back.
+    FusionGuard fusion(true);
+    ReluFusionGuard relu_fusion(true);
+    const DType dt = DType::Float64;
+    const Tensor x = dev(uniform({n, in}, dt)), w = dev(uniform({features, in}, dt)), b = dev(uniform({features}, dt));
+    Tensor y = empty_cuda({n, features}, dt);
+    cops::reset_gemm_counts();
+    CHECK_FALSE(cops::linear_forward(x, w, b, E::BiasRelu, y, cops::make_relu_mask(n, features, kCuda)));
+    const cops::GemmCounts c = cops::gemm_counts();
+    CHECK(c.fallback_of(F::ReluMask) == 1);
+    CHECK(c.fused_of(F::ReluMask) == 0);
+    CHECK(c.plain == 1);
+  }
+  for (DType dt : kFloatDTypes) {
+    INFO(dname(dt) << " fusion off");
+    FusionGuard fusion(false);
+    const Tensor x = dev(uniform({n, in}, dt)), w = dev(uniform({features, in}, dt)), b = dev(uniform({features}, dt));
+    Tensor y = empty_cuda({n, features}, dt), z = empty_cuda({n, features}, dt);
+    Tensor dx = empty_cuda({n, in}, dt), dw = empty_cuda({features, in}, dt), db = empty_cuda({features}, dt);
+    cops::reset_gemm_counts();
+    cops::linear_forward(x, w, b, E::BiasRelu, y, Tensor());
+    cops::linear_forward(x, w, b, E::BiasGeluTanh, y, z);
+    cops::linear_backward_epilogue(dev(uniform({n, features}, dt)), x, w, E::BiasGeluTanh, z, dx, dw, db);
+    const cops::GemmCounts c = cops::gemm_counts();
+    CHECK(total_fused(c) == 0);
+    CHECK(total_fallback(c) == 0);
+    CHECK(c.plain == 4);
+  }
+}
+
+// cuBLASLt needs 16-byte aligned epilogue pointers; a bias (or bias gradient, or aux)
+// that is a view at an odd offset is not. The layer copies the bias to an aligned
+// temporary and computes a bias gradient into one: still fused, and right.
+TEST_CASE("cuda epilogues take under-aligned bias, bias-gradient and aux views", "[cuda][linear][fusion]") {
+  using E = cops::Epilogue;
+  using F = cops::FusedEpilogue;
+  FusionGuard fusion(true);
+  for (DType dt : {DType::Float16, DType::BFloat16, DType::Float32}) {
+    INFO(dname(dt));
+    const int64_t n = 64, in = 64, features = 64;
+    const Tensor x = uniform({n, in}, dt, -1, 1), w = uniform({features, in}, dt, -0.3, 0.3);
+    const Tensor b = uniform({features}, dt, -0.5, 0.5), g = uniform({n, features}, dt);
+    const Tensor xg = dev(x), wg = dev(w), gg = dev(g);
+    // Element 1 of a device buffer: 2 or 4 bytes past a 16-byte boundary.
+    const auto odd_view = [&](const Shape& shape) {
+      return hg::alias_with(empty_cuda({hg::shape_numel(shape) + 1}, dt), shape, hg::contiguous_strides(shape), 1);
+    };
+    Tensor bias = odd_view({features});
+    hg::kernels::copy(bias, dev(b));
+
+    cops::reset_gemm_counts();
+    Tensor y = empty_cuda({n, features}, dt);
+    cops::linear_forward(xg, wg, bias, E::Bias, y, Tensor());
+    CHECK(cops::gemm_counts().fused_of(F::Bias) == 1);
+    HG_CHECK_CLOSE(y.cpu(), ref_linear(x, w, b));
+
+    Tensor db = odd_view({features});
+    Tensor dw = empty_cuda({features, in}, dt);
+    cops::reset_gemm_counts();
+    cops::linear_backward_epilogue(gg, xg, wg, E::None, Tensor(), Tensor(), dw, db);
+    CHECK(cops::gemm_counts().fused_of(F::BiasGrad) == 1);
+    HG_CHECK_CLOSE(db.cpu(), col_sums(values(g), n, features));
+
+    // z at an odd offset: cuBLASLt cannot take it as GELU_AUX, so the GEMM writes it
+    // and a pass applies tanh GELU (no fused aux epilogue, same numbers).
+    Tensor z = odd_view({n, features});
+    cops::reset_gemm_counts();
+    cops::linear_forward(xg, wg, dev(b), E::BiasGeluTanh, y, z);
+    CHECK(cops::gemm_counts().fused_of(F::GeluTanhAux) == 0);
+    CHECK(cops::gemm_counts().fallback_of(F::GeluTanhAux) == 0);  // not even asked
+    HG_CHECK_CLOSE(z.cpu(), ref_linear(x, w, b));
+
+    // Chain: the layer below's bias gradient at an odd offset, reduced by DRELU_BGRAD.
+    if (dt != DType::Float32) {
+      ReluFusionGuard relu_fusion(true);
+      Tensor h = empty_cuda({n, features}, dt);
+      const Tensor mask = cops::make_relu_mask(n, features, kCuda);
+      REQUIRE(cops::linear_forward(xg, wg, dev(b), E::BiasRelu, h, mask));
+      const Tensor w2 = uniform({32, features}, dt, -0.3, 0.3), g2 = uniform({n, 32}, dt);
+      Tensor dz = empty_cuda({n, features}, dt), db1 = odd_view({features});
+      cops::reset_gemm_counts();
+      cops::linear_backward_epilogue(dev(g2), h, dev(w2), E::None, Tensor(), dz, Tensor(), Tensor(),
+                                     cops::InputActivation{E::BiasRelu, mask, db1});
+      CHECK(cops::gemm_counts().fused_of(F::DReluBiasGrad) == 1);
+      const auto hv = values(h.cpu());
+      auto ref = matmul2d(values(g2), values(w2), n, 32, features);
+      for (size_t i = 0; i < ref.size(); ++i) ref[i] *= hv[i] > 0 ? 1.0 : 0.0;
+      HG_CHECK_CLOSE(dz.cpu(), ref);
+      HG_CHECK_CLOSE(db1.cpu(), col_sums(ref, n, features));
+    }
+  }
+}
+
+// The cuBLASLt workspace is per call, from the stream-ordered pool: GEMMs on many
+// short-lived streams leave nothing behind (it used to be a 32 MiB cudaMalloc per
+// stream handle, never freed, and shared by a new stream that got a dead one's handle).
+TEST_CASE("cuda GEMMs on short-lived streams leave no workspace behind", "[cuda][gemm]") {
+  const DType dt = DType::Float16;
+  // A long k invites split-K, so some algorithm may well want a workspace.
+  const Tensor a = dev(uniform({64, 8192}, dt)), b = dev(uniform({8192, 64}, dt));
+  const auto ref = ref_gemm(a.cpu(), b.cpu());
+  HG_CUDA_CHECK(cudaDeviceSynchronize());
+  cudaMemPool_t pool;
+  HG_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, 0));
+  HG_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
+  size_t free_before = 0, free_after = 0, total = 0;
+  HG_CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
+  for (int i = 0; i < 16; ++i) {
+    INFO("stream " << i);
+    cudaStream_t s = nullptr;
+    HG_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    hg::cuda::set_current_stream(s);
+    {
+      Tensor out = empty_cuda({64, 64}, dt);
+      cops::gemm(a, b, out, Tensor(), 0.f);
+      HG_CHECK_CLOSE(out.cpu(), ref);  // .cpu() waits for s
+    }
+    HG_CUDA_CHECK(cudaStreamSynchronize(s));
+    hg::cuda::set_current_stream(nullptr);
+    HG_CUDA_CHECK(cudaStreamDestroy(s));
+  }
+  HG_CUDA_CHECK(cudaDeviceSynchronize());
+  HG_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
+  HG_CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
+  // Sixteen 32 MiB workspaces would be 512 MiB; allow some driver noise.
+  CHECK(free_after + (size_t{64} << 20) >= free_before);
+}
+
+// The bookkeeping alone, without a GPU.
+TEST_CASE("GEMM epilogue counters count per kind and reset", "[gemm_counts]") {
+  using F = cops::FusedEpilogue;
+  cops::reset_gemm_counts();
+  cops::detail::count_epilogue(F::DReluBiasGrad, true);
+  cops::detail::count_epilogue(F::DReluBiasGrad, true);
+  cops::detail::count_epilogue(F::ReluMask, false);
+  cops::detail::count_plain();
+  cops::GemmCounts c = cops::gemm_counts();
+  CHECK(c.fused_of(F::DReluBiasGrad) == 2);
+  CHECK(c.fallback_of(F::DReluBiasGrad) == 0);
+  CHECK(c.fallback_of(F::ReluMask) == 1);
+  CHECK(c.fused_of(F::ReluMask) == 0);
+  CHECK(c.plain == 1);
+  CHECK(total_fused(c) == 2);
+  CHECK(total_fallback(c) == 1);
+  cops::reset_gemm_counts();
+  c = cops::gemm_counts();
+  CHECK(total_fused(c) == 0);
+  CHECK(total_fallback(c) == 0);
+  CHECK(c.plain == 0);
+  std::set<std::string> names;
+  for (int i = 0; i < cops::kFusedEpilogueKinds; ++i) names.insert(cops::fused_epilogue_name(static_cast<F>(i)));
+  CHECK(names.size() == static_cast<size_t>(cops::kFusedEpilogueKinds));
+  CHECK(names.count("?") == 0);
 }
 
 // =============================================================================================

@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include <halfgrad/core/cuda/check.h>
+#include <halfgrad/core/cuda/policy.h>
 #include <halfgrad/core/cuda/runtime.h>
 #include <halfgrad/core/error.h>
 
@@ -115,6 +116,21 @@ void launch_fill(void* dst, size_t n, double value) {
   HG_CUDA_CHECK(cudaGetLastError());  // launch errors (bad config, no kernel image for this GPU)
 }
 
+// Whether `s` is being captured into a graph, as far as the runtime can say.
+// An error (e.g. cudaErrorStreamCaptureImplicit: s is the legacy stream and
+// another blocking stream is capturing) leaves `known` false.
+struct CaptureState {
+  bool known = false, capturing = false;
+};
+CaptureState capture_state(cudaStream_t s) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(s, &status) != cudaSuccess) {
+    cudaGetLastError();
+    return {};
+  }
+  return {true, status != cudaStreamCaptureStatusNone};
+}
+
 }  // namespace
 
 int device_count() {
@@ -153,7 +169,12 @@ void* allocate(size_t nbytes, int device) {
     // streams whose frees have not run, or cached chunks too fragmented for
     // this size. Wait for all work, return the unused chunks to the driver,
     // and try once more (what PyTorch's caching allocator does on OOM).
+    // Not during a graph capture (ours, or any blocking stream's when ours is
+    // the legacy stream): the sync would invalidate it.
     cudaGetLastError();
+    const CaptureState capture = capture_state(stream());
+    if (!policy::may_sync_device(capture.known, capture.capturing))
+      fail("{}", policy::capture_oom_message(nbytes, device));
     HG_CUDA_CHECK(cudaDeviceSynchronize());
     HG_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
     err = cudaMallocFromPoolAsync(&ptr, nbytes, pool, stream());
@@ -185,6 +206,42 @@ void release(void* ptr, int device) noexcept {
                cudaGetErrorString(err), cudaGetErrorName(err));
 }
 
+void release_after(void* ptr, int device, void* const* streams, size_t n) noexcept {
+  if (ptr == nullptr) return;
+  int prev = -1;
+  cudaError_t err = cudaGetDevice(&prev);
+  if (err == cudaSuccess && prev != device) err = cudaSetDevice(device);
+  const cudaStream_t s = stream();
+  for (size_t i = 0; i < n && err == cudaSuccess; ++i) {
+    const auto other = static_cast<cudaStream_t>(streams[i]);
+    if (other == s) continue;
+    // An event per stream, destroyed at once: the wait already queued keeps it.
+    cudaEvent_t e = nullptr;
+    err = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    if (err == cudaSuccess) err = cudaEventRecord(e, other);
+    if (err == cudaSuccess) err = cudaStreamWaitEvent(s, e, 0);
+    if (e != nullptr) cudaEventDestroy(e);
+  }
+  if (err != cudaSuccess) {
+    // The free cannot be ordered after the other streams: report it, and wait for the
+    // whole device instead where that is allowed (not during a capture), so the memory is
+    // still not reused too early.
+    const cudaError_t first = err;
+    cudaGetLastError();
+    const CaptureState capture = capture_state(s);
+    const bool synced = policy::may_sync_device(capture.known, capture.capturing) &&
+                        cudaDeviceSynchronize() == cudaSuccess;
+    if (!synced) cudaGetLastError();
+    if (first != cudaErrorCudartUnloading)
+      std::fprintf(stderr, "halfgrad: ordering the free of %p on cuda:%d after %zu other stream(s) failed: %s (%s)%s\n",
+                   ptr, device, n, cudaGetErrorString(first), cudaGetErrorName(first),
+                   synced ? "; waited for the device instead" : "");
+    err = cudaSuccess;
+  }
+  if (prev >= 0 && prev != device) cudaSetDevice(prev);
+  release(ptr, device);
+}
+
 void copy_bytes(void* dst, bool dst_cuda, const void* src, bool src_cuda, size_t nbytes,
                 int device) {
   if (nbytes == 0) return;
@@ -197,11 +254,17 @@ void copy_bytes(void* dst, bool dst_cuda, const void* src, bool src_cuda, size_t
   const cudaMemcpyKind kind = !dst_cuda  ? cudaMemcpyDeviceToHost
                               : src_cuda ? cudaMemcpyDeviceToDevice
                                          : cudaMemcpyHostToDevice;
-  // From pageable host memory the runtime stages the bytes (or copies
-  // synchronously) before returning, so the source is free to reuse at once.
+  // With a host side, wait for the stream before returning (policy.h says why):
+  // to the host, so the caller can read dst; from the host, because the runtime
+  // may read a pageable source after cudaMemcpyAsync returns (it promises
+  // staging only for the synchronous cudaMemcpy) and a pinned one is read by DMA
+  // later still, while our caller may free or reuse it at once. Queued on our
+  // stream (not cudaMemcpy on the legacy stream) so it stays ordered after the
+  // work that last used dst.
+  const bool wait = policy::copy_waits_for_stream(dst_cuda, src_cuda);
+  if (wait && capture_state(stream()).capturing) fail("{}", policy::capture_host_copy_message(nbytes, dst_cuda));
   HG_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, kind, stream()));
-  // The host reads dst next: wait until the bytes are there.
-  if (!dst_cuda) HG_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  if (wait) HG_CUDA_CHECK(cudaStreamSynchronize(stream()));
 }
 
 void fill(void* dst, DType dtype, size_t n, double value, int device) {

@@ -28,15 +28,24 @@ void set_current_stream(void* stream);
 // device's pool keeps freed memory instead of returning it to the driver, so
 // steady-state training never reaches the driver. nbytes == 0 gives nullptr.
 // Out of memory is a halfgrad::Error that says how much was asked and is used.
+// Before giving up it waits for the device, trims the pool and retries once;
+// not during a CUDA graph capture (the wait would invalidate it): an Error at once.
 void* allocate(size_t nbytes, int device);
 // cudaFreeAsync on current_stream(): the memory is reusable by later work on
 // that stream at once. Never throws; errors go to stderr. nullptr is a no-op.
 void release(void* ptr, int device) noexcept;
+// The same, after the work queued so far on each of `streams` (n of them): each
+// gets an event that current_stream() waits for before the free, so the pool
+// cannot hand the memory to later work on this stream while another stream still
+// uses it (what Storage::record_stream asks for). A stream equal to
+// current_stream() needs no event. Every stream must still exist.
+void release_after(void* ptr, int device, void* const* streams, size_t n) noexcept;
 
-// Copies nbytes; each side is CUDA memory on `device` or (pageable) host
-// memory. Queued on current_stream(); a copy to the host waits for it, so the
-// host can read `dst` on return. The host source of a host-to-device copy may
-// be reused as soon as this returns.
+// Copies nbytes; each side is CUDA memory on `device` or host memory (pageable
+// or pinned). Queued on current_stream(); a copy with a host side waits for that
+// stream before returning, so the host can read `dst`, and reuse or free the
+// host source of a host-to-device copy, on return. (A host copy during a CUDA
+// graph capture is an Error: it cannot wait.) Device to device is asynchronous.
 void copy_bytes(void* dst, bool dst_cuda, const void* src, bool src_cuda, size_t nbytes,
                 int device);
 

@@ -27,6 +27,7 @@ void* allocate(size_t nbytes, int) {
   no_cuda("allocate");
 }
 void release(void*, int) noexcept {}
+void release_after(void*, int, void* const*, size_t) noexcept {}
 void copy_bytes(void* dst, bool dst_cuda, const void* src, bool src_cuda, size_t nbytes, int) {
   if (nbytes == 0) return;
   if (dst_cuda || src_cuda) no_cuda("copy_bytes");

@@ -1,6 +1,6 @@
-// The CUDA GEMM layer (see gemm.h): cuBLASLt with one handle per device, one
-// workspace per (device, stream), and a plan cache so the hot path makes no
-// heuristic query. The elementwise passes for what cuBLASLt cannot fuse
+// The CUDA GEMM layer (see gemm.h): cuBLASLt with one handle per device, a
+// per-call workspace from the stream-ordered pool, and a plan cache so the hot
+// path makes no heuristic query. The elementwise passes for what cuBLASLt cannot fuse
 // (exact GELU, activation gradients, fallbacks) are in gemm_passes.cu.
 //
 // Row-major <-> column-major: out = A @ B runs as cuBLAS D = op(A') op(B')
@@ -23,6 +23,7 @@
 
 #include <halfgrad/core/alias.h>
 #include <halfgrad/core/cuda/check.h>
+#include <halfgrad/core/cuda/policy.h>
 #include <halfgrad/core/cuda/runtime.h>
 #include <halfgrad/ops/cuda/cublas_check.h>
 #include <halfgrad/ops/cuda/cuda_kernels.h>
@@ -40,6 +41,7 @@ using namespace gemm_passes;  // Act, epilogue_pass, zero, act_backward_pass, su
 // Settings
 
 std::atomic<bool> g_fusion{true};
+std::atomic<bool> g_relu_fusion{false};  // cuBLASLt's RELU maps NaN to 0: off unless allowed (gemm.h)
 
 // ============================================================================================
 // Device, stream, handle, workspace
@@ -62,52 +64,33 @@ cublasLtHandle_t handle(int device) {
 }
 
 // cuBLASLt's workspace (split-K partial sums, epilogue scratch). 32 MiB is
-// what cuBLAS recommends for Hopper; the heuristic is told this limit.
+// what cuBLAS recommends for Hopper: the heuristic may choose algorithms that
+// need up to this much.
 constexpr uint64_t kWorkspaceBytes = uint64_t{32} << 20;
 
-// One workspace per (device, stream): kernels on two streams may overlap, so
-// they must not share one. These are the only allocations in halfgrad that
-// bypass the stream-ordered pool (a plain cudaMalloc, once per stream, kept for
-// the life of the process): a pool block would be freed at the end of each
-// call, and a GEMM captured in a CUDA graph must find its workspace at the
-// same address on every replay.
-void* workspace(int device, cudaStream_t s) {
-  // Last answer per thread: the hot path takes no lock (entries are never freed).
-  thread_local int t_device = -1;
-  thread_local cudaStream_t t_stream = nullptr;
-  thread_local void* t_ws = nullptr;
-  if (t_ws != nullptr && t_device == device && t_stream == s) return t_ws;
+// The workspace of one call: exactly what its algorithm needs (the heuristic's
+// workspaceSize, often 0), from the stream-ordered pool on the call's stream,
+// freed (cudaFreeAsync) on that stream right after the GEMM is queued. Stream
+// order makes that safe: the next allocation on this stream that reuses the
+// block runs after the GEMM, and another stream reuses it only once the pool
+// knows the free (so the GEMM) is done. Nothing is keyed by a stream handle
+// (a destroyed stream's handle can come back for a new stream while the old
+// one's work still runs) and nothing outlives the call; in steady state the
+// pool hands back a cached block without reaching the driver. Inside a CUDA
+// graph capture the pair becomes the graph's own allocation and free nodes,
+// at a fixed address on every replay.
+class Workspace {
+ public:
+  Workspace(size_t nbytes, int device) : device_(device), ptr_(nbytes > 0 ? cuda::allocate(nbytes, device) : nullptr) {}
+  ~Workspace() { cuda::release(ptr_, device_); }
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+  void* get() const { return ptr_; }
 
-  static std::mutex mutex;
-  static std::map<std::pair<int, cudaStream_t>, void*> all;
-  std::lock_guard<std::mutex> lock(mutex);
-  void*& ws = all[{device, s}];
-  if (ws == nullptr) {
-    RelaxedCaptureMode relaxed;
-    cudaError_t err = cudaMalloc(&ws, kWorkspaceBytes);
-    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-    if (err == cudaErrorMemoryAllocation && cudaStreamIsCapturing(s, &capturing) == cudaSuccess &&
-        capturing == cudaStreamCaptureStatusNone) {
-      // The tensor pool keeps freed blocks (runtime.cu): hand them back to the driver and retry.
-      cudaGetLastError();
-      cudaMemPool_t pool;
-      if (cudaDeviceSynchronize() == cudaSuccess && cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess &&
-          cudaMemPoolTrimTo(pool, 0) == cudaSuccess)
-        err = cudaMalloc(&ws, kWorkspaceBytes);
-    }
-    if (err != cudaSuccess) {
-      ws = nullptr;
-      cudaGetLastError();
-      fail("gemm: cannot allocate cuBLASLt's {} MiB workspace on cuda:{} ({}). The GPU is out of memory: "
-           "free tensors or reduce the batch size.",
-           kWorkspaceBytes >> 20, device, cudaGetErrorString(err));
-    }
-  }
-  t_device = device;
-  t_stream = s;
-  t_ws = ws;
-  return ws;
-}
+ private:
+  int device_;
+  void* ptr_;
+};
 
 // ============================================================================================
 // Problem description
@@ -217,7 +200,8 @@ struct Plan {
   // Built once, then only read (by any number of threads at once).
   cublasLtMatrixLayoutOpaque_t a{}, b{}, d{};
   cublasLtMatmulAlgo_t algo{};
-  bool supported = false;  // false: no algorithm for this epilogue (the caller falls back)
+  size_t workspace_bytes = 0;  // what algo needs (<= kWorkspaceBytes)
+  bool supported = false;      // false: no algorithm for this epilogue (the caller falls back)
 };
 
 PlanKey key_of(const Call& c) {
@@ -314,6 +298,7 @@ std::shared_ptr<const Plan> create_plan(const PlanKey& key, const Call& c) {
                                                            &plan->d, &pref, 1, &result, &found);
   if (st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
     plan->algo = result.algo;
+    plan->workspace_bytes = std::min<size_t>(result.workspaceSize, kWorkspaceBytes);
     plan->supported = true;
   } else if (c.epilogue == CUBLASLT_EPILOGUE_DEFAULT) {
     // A plain GEMM with valid layouts always has an algorithm: this is a bug or a broken install.
@@ -346,12 +331,40 @@ std::shared_ptr<const Plan> find_or_create_plan(const PlanKey& key, const Call& 
   return plans.try_emplace(key, std::move(plan)).first->second;
 }
 
+// The counter slot (gemm.h) of a fused epilogue.
+FusedEpilogue counter_of(cublasLtEpilogue_t e) {
+  switch (e) {
+    case CUBLASLT_EPILOGUE_BIAS: return FusedEpilogue::Bias;
+    case CUBLASLT_EPILOGUE_RELU:
+    case CUBLASLT_EPILOGUE_RELU_BIAS: return FusedEpilogue::Relu;
+    case CUBLASLT_EPILOGUE_RELU_AUX:
+    case CUBLASLT_EPILOGUE_RELU_AUX_BIAS: return FusedEpilogue::ReluMask;
+    case CUBLASLT_EPILOGUE_GELU:
+    case CUBLASLT_EPILOGUE_GELU_BIAS: return FusedEpilogue::GeluTanh;
+    case CUBLASLT_EPILOGUE_GELU_AUX:
+    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: return FusedEpilogue::GeluTanhAux;
+    case CUBLASLT_EPILOGUE_BGRADB: return FusedEpilogue::BiasGrad;
+    case CUBLASLT_EPILOGUE_DRELU: return FusedEpilogue::DRelu;
+    case CUBLASLT_EPILOGUE_DRELU_BGRAD: return FusedEpilogue::DReluBiasGrad;
+    case CUBLASLT_EPILOGUE_DGELU: return FusedEpilogue::DGelu;
+    case CUBLASLT_EPILOGUE_DGELU_BGRAD: return FusedEpilogue::DGeluBiasGrad;
+    default: break;
+  }
+  fail("gemm: internal error: epilogue {} has no counter", static_cast<unsigned>(e));
+}
+
 // Runs the call. Returns false (and does nothing) when cuBLASLt has no
 // algorithm for its epilogue; the caller then runs the plain GEMM and an
-// elementwise pass. A plain GEMM without an algorithm is an Error.
+// elementwise pass. A plain GEMM without an algorithm is an Error. Counts the
+// call (gemm.h, GemmCounts): fused or fallback when an epilogue was asked for.
 bool run(const Call& c) {
   const PlanKey key = key_of(c);  // once: the precision setting may change meanwhile
   const std::shared_ptr<const Plan> plan = find_or_create_plan(key, c);
+  if (c.epilogue == CUBLASLT_EPILOGUE_DEFAULT) {
+    if (plan->supported) detail::count_plain();
+  } else {
+    detail::count_epilogue(counter_of(c.epilogue), plan->supported);
+  }
   if (!plan->supported) return false;
   cublasLtMatmulDescOpaque_t desc;
   build_desc(&desc, key, c);
@@ -360,10 +373,11 @@ bool run(const Call& c) {
   const bool f64 = c.dtype == DType::Float64;
   cudaStream_t s = stream();
   auto* layouts = const_cast<Plan*>(plan.get());  // cublasLtMatmul takes non-const handles; it only reads them
+  const Workspace ws(plan->workspace_bytes, c.device);  // released on s after the GEMM (also on a throw)
   HG_CUBLAS_CHECK_CTX(
       cublasLtMatmul(handle(c.device), &desc, f64 ? static_cast<const void*>(&alpha64) : &alpha32, c.a_ptr,
                      &layouts->a, c.b_ptr, &layouts->b, f64 ? static_cast<const void*>(&beta64) : &beta32, c.d_ptr,
-                     &layouts->d, c.d_ptr, &layouts->d, &plan->algo, workspace(c.device, s), kWorkspaceBytes, s),
+                     &layouts->d, c.d_ptr, &layouts->d, &plan->algo, ws.get(), plan->workspace_bytes, s),
       c.describe());
   return true;
 }
@@ -507,9 +521,13 @@ void check_saved(const char* op, const char* what, const Tensor& t, int64_t rows
   check_shape(op, what, t, {rows, features});
 }
 
-// cuBLASLt's GELU aux: leading dimension a multiple of 8, >= features.
+bool aligned(const Tensor& t) { return cuda::policy::epilogue_pointer_aligned(t.data_ptr()); }
+
+// cuBLASLt's GELU aux: leading dimension a multiple of 8, >= features, and (as every
+// epilogue pointer) 16-byte aligned.
 std::optional<int64_t> gelu_aux_ld(const Tensor& z) {
   const int64_t rows = z.shape()[0], features = z.shape()[1];
+  if (!aligned(z)) return std::nullopt;
   if (features > 1 && z.strides()[1] != 1) return std::nullopt;
   const int64_t ld = rows == 1 ? (features + 7) / 8 * 8 : z.strides()[0];
   if (ld % 8 != 0 || ld < features) return std::nullopt;
@@ -526,11 +544,23 @@ Tensor transposed(const Tensor& t) {  // 2-d, no dispatcher: kernels stay below 
   return alias_with(t, {t.shape()[1], t.shape()[0]}, {t.strides()[1], t.strides()[0]}, t.offset());
 }
 
+// The bias as cuBLASLt's epilogue reads it: contiguous and 16-byte aligned (a view
+// at an odd offset is copied).
 Tensor contiguous_bias(const Tensor& bias) {
-  if (!bias.defined() || bias.shape()[0] <= 1 || bias.strides()[0] == 1) return bias;
+  if (!bias.defined() || ((bias.shape()[0] <= 1 || bias.strides()[0] == 1) && aligned(bias))) return bias;
   Tensor dense = make_tensor(bias.shape(), bias.options());
   cuda_ops::copy(dense, bias);
   return dense;
+}
+
+// Where a bias-gradient epilogue (BGRADB, DRELU_BGRAD, DGELU_BGRAD) writes: grad_bias
+// itself when 16-byte aligned, else an aligned temporary copied into it afterwards
+// (finish_bias_grad).
+Tensor bias_grad_target(const Tensor& grad_bias) {
+  return aligned(grad_bias) ? grad_bias : make_tensor(grad_bias.shape(), grad_bias.options());
+}
+void finish_bias_grad(const Tensor& grad_bias, const Tensor& target) {
+  if (!target.is_same(grad_bias)) cuda_ops::copy(grad_bias, target);
 }
 
 // out = a @ b (+ bias) (+ beta * out) after the checks: the plain GEMM.
@@ -642,9 +672,11 @@ bool linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias_in, Ep
   cublasLtEpilogue_t e = has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
   bool act_in_epilogue = act == Act::Identity;
   const Tensor* gemm_out = &out;
-  if (act == Act::Relu && !want_z) {  // cuBLASLt can write a mask, not z
-    e = mask ? (has_bias ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_RELU_AUX)
-             : (has_bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU);
+  const bool relu_fusion = g_relu_fusion.load(std::memory_order_relaxed);
+  const bool mask_ok = mask && aligned(aux);  // an under-aligned mask (a view) cannot be cuBLASLt's aux
+  if (act == Act::Relu && !want_z && relu_fusion) {  // cuBLASLt can write a mask, not z
+    e = mask_ok ? (has_bias ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_RELU_AUX)
+                : (has_bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU);
     act_in_epilogue = true;
   } else if (act == Act::GeluTanh && (!want_z || tanh_ld)) {
     e = want_z ? (has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
@@ -653,12 +685,13 @@ bool linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias_in, Ep
   } else if (want_z && rows_contiguous(aux)) {
     gemm_out = &aux;  // exact GELU (or ReLU with z): the GEMM writes z where backward wants it
   }
+  // (ReLU without cuBLASLt's RELU: BIAS, then our NaN-keeping pass; a mask stays unwritten.)
 
   Call c = make_call(op, x2, transposed(w), *gemm_out);
   if (fusion && e != CUBLASLT_EPILOGUE_DEFAULT) {
     c.epilogue = e;
     c.bias = has_bias ? bias.data_ptr() : nullptr;
-    if (mask) {
+    if (mask_ok && act_in_epilogue) {  // RELU_AUX(_BIAS)
       c.aux = aux.data_ptr();
       c.aux_ld = mask_ld;
     } else if (act_in_epilogue && want_z) {
@@ -669,7 +702,7 @@ bool linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias_in, Ep
       // Done, or z (bias included) is in *gemm_out: y = act(z), copying z to aux if it is not there.
       if (!act_in_epilogue)
         epilogue_pass(act, *gemm_out, 1.0, Tensor(), want_z && gemm_out != &aux ? aux : Tensor(), out);
-      return true;
+      return !mask || (mask_ok && act_in_epilogue);  // a mask is written only by RELU_AUX(_BIAS)
     }
     // No kernel for this epilogue with these shapes (e.g. one row or one feature):
     // the plain GEMM below. A ReLU mask then stays unwritten (we return false).
@@ -763,9 +796,11 @@ void linear_backward_epilogue(const Tensor& grad, const Tensor& x2, const Tensor
     if (rows > 0 && features > 0 && in > 0) {
       Call c = make_call(op, transposed(gz), x2, grad_w);
       if (bias_contiguous && fusion) {
+        const Tensor target = bias_grad_target(grad_bias_in);
         c.epilogue = CUBLASLT_EPILOGUE_BGRADB;
-        c.bias = grad_bias_in.data_ptr();
+        c.bias = target.data_ptr();
         bias_done = run(c);
+        if (bias_done) finish_bias_grad(grad_bias_in, target);
       }
       if (!bias_done) {
         c.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
@@ -789,17 +824,19 @@ void linear_backward_epilogue(const Tensor& grad, const Tensor& x2, const Tensor
   if (in_act != Act::Identity && fusion) {
     const bool with_bgrad = input.grad_bias.defined() && (in <= 1 || input.grad_bias.strides()[0] == 1);
     std::optional<int64_t> ld;
-    if (in_act == Act::Relu && in_mask) {
+    if (in_act == Act::Relu && in_mask && aligned(input.saved)) {
       c.epilogue = with_bgrad ? CUBLASLT_EPILOGUE_DRELU_BGRAD : CUBLASLT_EPILOGUE_DRELU;
       ld = in_mask_ld;
     } else if (in_act == Act::GeluTanh && (ld = gelu_aux_ld(input.saved))) {
       c.epilogue = with_bgrad ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
     }
     if (ld) {
+      const Tensor target = with_bgrad ? bias_grad_target(input.grad_bias) : Tensor();
       c.aux = input.saved.data_ptr();
       c.aux_ld = *ld;
-      c.bias = with_bgrad ? input.grad_bias.data_ptr() : nullptr;
+      c.bias = with_bgrad ? target.data_ptr() : nullptr;
       if (run(c)) {
+        if (with_bgrad) finish_bias_grad(input.grad_bias, target);
         if (input.grad_bias.defined() && !with_bgrad) sum_rows(grad_x, input.grad_bias);
         return;
       }
@@ -822,5 +859,7 @@ void linear_backward_epilogue(const Tensor& grad, const Tensor& x2, const Tensor
 
 void set_epilogue_fusion(bool enabled) { g_fusion.store(enabled, std::memory_order_relaxed); }
 bool epilogue_fusion() { return g_fusion.load(std::memory_order_relaxed); }
+void set_relu_epilogue_fusion(bool allow) { g_relu_fusion.store(allow, std::memory_order_relaxed); }
+bool relu_epilogue_fusion() { return g_relu_fusion.load(std::memory_order_relaxed); }
 
 }  // namespace halfgrad::cuda_ops

@@ -65,8 +65,9 @@ Tensor make_relu_mask(int64_t rows, int64_t features, Device device);
 //   contiguous rows; one dtype.
 //   aux: what backward needs, or undefined (inference, or ReLU's per-layer backward,
 //   which only needs y):
-//     BiasRelu:   a mask from make_relu_mask(N, out) (for the chain fusion below), or
-//                 a tensor [N, out] of out's dtype that receives z
+//     BiasRelu:   a mask from make_relu_mask(N, out) (for the chain fusion below; written
+//                 only with set_relu_epilogue_fusion(true)), or a tensor [N, out] of out's
+//                 dtype that receives z
 //     BiasGelu, BiasGeluTanh: a tensor [N, out] of out's dtype (unit column stride)
 //                 that receives z. With a row stride that is a multiple of 8 (e.g. out
 //                 a multiple of 8 and aux contiguous) GELU_AUX_BIAS writes it in the
@@ -75,8 +76,9 @@ Tensor make_relu_mask(int64_t rows, int64_t features, Device device);
 // When cuBLASLt has no kernel for a fused epilogue (e.g. float64), the GEMM runs
 // plain and one elementwise pass applies bias and activation: same results.
 // Returns false when a ReLU mask was asked for but cuBLASLt has no mask epilogue
-// for these shapes (say, one row or one feature): y is right, the mask is not
-// written, and backward must read y instead. True otherwise.
+// for these shapes or this dtype (float64 never has one; a half type may lack one
+// for, say, one row or one feature), or may not use it (relu_epilogue_fusion() false): y is right, the mask is not written, and
+// backward must read y instead (InputActivation::output). True otherwise.
 bool linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias, Epilogue epi, const Tensor& out,
                     const Tensor& aux);
 
@@ -124,6 +126,7 @@ struct InputActivation {
 //     linear_backward_epilogue(gz_i, h_{i-1}, W_i, Epilogue::None, {}, gz_{i-1}, dW_i, db_i,
 //                              {BiasRelu, mask_{i-1}, db_{i-1}});
 //   so every layer's dReLU and bias gradient ride in GEMM epilogues: no elementwise pass.
+//   (The mask comes from cuBLASLt's RELU_AUX_BIAS, so only with set_relu_epilogue_fusion(true).)
 void linear_backward_epilogue(const Tensor& grad, const Tensor& x2, const Tensor& w, Epilogue epi,
                               const Tensor& saved, const Tensor& grad_x, const Tensor& grad_w,
                               const Tensor& grad_bias, const InputActivation& input = {});
@@ -131,8 +134,9 @@ void linear_backward_epilogue(const Tensor& grad, const Tensor& x2, const Tensor
 // ---- a chain of Linear layers (kernels::linear_chain on CUDA, ops/cuda/linear_chain.cpp) -----
 // The chain fusion above, as one autograd node: h[i+1] = act_i(h[i] @ w[i]^T + b[i]),
 // epi[i] the Epilogue of layer i. Forward: linear_forward per layer; with `keep`, a hidden
-// ReLU layer writes cuBLASLt's mask (when fusion is on and its dtype has RELU_AUX: not
-// float64), a GELU layer z (tanh: with its row stride rounded up to a multiple of 8, so
+// ReLU layer writes cuBLASLt's mask (when fusion is on, set_relu_epilogue_fusion(true)
+// allows cuBLASLt's ReLU, and its dtype has RELU_AUX: not float64; else backward reads
+// its output), a GELU layer z (tanh: with its row stride rounded up to a multiple of 8, so
 // GELU_AUX_BIAS and DGELU_BGRAD apply at any width). Returns that per-layer state.
 // Backward, top down: the last layer's activation is one pass (nothing above it); every
 // other layer's dReLU/dGELU and bias gradient ride in the dx GEMM of the layer above
@@ -158,5 +162,56 @@ void activation_backward(Epilogue epi, const Tensor& grad_y, const Tensor& saved
 // produced or consumed (it is cuBLASLt's own format): that is an Error.
 void set_epilogue_fusion(bool enabled);
 bool epilogue_fusion();
+
+// Whether cuBLASLt's ReLU epilogues may apply the ReLU (default false). They compute
+// "x := max(x, 0)" (cublasLt.h), which maps a NaN pre-activation to 0; hg::relu, the
+// CPU backend and PyTorch keep NaN (relu(NaN) = NaN), so a NaN in a layer's input or
+// weights would vanish from the loss instead of reaching it (and GradScaler would not
+// see it). So by default a Linear+ReLU runs the GEMM with the bias in its epilogue
+// (BIAS) and our ReLU pass, and writes no ReLU mask (linear_forward returns false for
+// one; backward reads y): PyTorch's NaN semantics, at the cost of one pass per layer
+// forward and, in a chain, the dReLU pass and bias-gradient reduction that DRELU_BGRAD
+// would have fused. true allows RELU_BIAS and RELU_AUX_BIAS (and with them the mask and
+// DRELU/DRELU_BGRAD): faster, but a NaN pre-activation gives 0 there. Gradients agree
+// either way (relu'(NaN) = 0, as PyTorch's threshold_backward). No effect while
+// epilogue fusion is off.
+void set_relu_epilogue_fusion(bool allow_nan_to_zero);
+bool relu_epilogue_fusion();
+
+// ---- counters (internal, test-visible) -------------------------------------------------------
+// Which cuBLASLt epilogue a GEMM asked for. Every call that asks for one (fusion on) is
+// counted once: `fused` when cuBLASLt had a kernel and ran it, `fallback` when it had none
+// and the layer ran the plain GEMM plus elementwise passes instead. Plain GEMMs (no
+// epilogue asked, including every GEMM with fusion off) count in `plain`. For tests
+// (prove a fused epilogue really ran) and benchmarks; process-wide, relaxed atomics.
+enum class FusedEpilogue : uint8_t {
+  Bias,           // BIAS
+  Relu,           // RELU, RELU_BIAS
+  ReluMask,       // RELU_AUX, RELU_AUX_BIAS: also writes the bit mask
+  GeluTanh,       // GELU, GELU_BIAS
+  GeluTanhAux,    // GELU_AUX, GELU_AUX_BIAS: also writes z
+  BiasGrad,       // BGRADB (grad_w's GEMM reduces grad_bias)
+  DRelu,          // DRELU
+  DReluBiasGrad,  // DRELU_BGRAD
+  DGelu,          // DGELU
+  DGeluBiasGrad,  // DGELU_BGRAD
+};
+inline constexpr int kFusedEpilogueKinds = 10;
+const char* fused_epilogue_name(FusedEpilogue e);
+
+struct GemmCounts {
+  uint64_t fused[kFusedEpilogueKinds] = {};
+  uint64_t fallback[kFusedEpilogueKinds] = {};
+  uint64_t plain = 0;
+  uint64_t fused_of(FusedEpilogue e) const { return fused[static_cast<int>(e)]; }
+  uint64_t fallback_of(FusedEpilogue e) const { return fallback[static_cast<int>(e)]; }
+};
+GemmCounts gemm_counts();
+void reset_gemm_counts();
+namespace detail {
+// Called by gemm.cu where it chooses (exposed so a CPU test can check the bookkeeping).
+void count_epilogue(FusedEpilogue e, bool fused);
+void count_plain();
+}  // namespace detail
 
 }  // namespace halfgrad::cuda_ops
