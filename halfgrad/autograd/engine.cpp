@@ -36,6 +36,12 @@ const Tensor& Saved::input(size_t i) const {
   return inputs[i].get(op);
 }
 
+const Tensor& Saved::extra(size_t i) const {
+  HG_CHECK(i < extras.size(), "{} backward: its forward kept {} tensors, asked for number {} (internal error)", op,
+           extras.size(), i);
+  return extras[i].get(op);
+}
+
 Node::~Node() {
   std::vector<std::shared_ptr<Node>> doomed;
   auto take_edges = [&doomed](Node& n) {
@@ -60,6 +66,7 @@ Grads FunctionNode::apply(const Tensor& grad_output) {
 
 void FunctionNode::release() {
   for (auto& s : saved.inputs) s.reset();
+  for (auto& s : saved.extras) s.reset();
   saved.out.reset();
   backward = nullptr;  // also frees anything the formula captured
   released = true;

@@ -40,7 +40,9 @@ struct Saved {
   std::vector<SavedTensor> inputs;  // empty unless the op asked for them
   SavedTensor out;
   std::vector<bool> needs_grad;     // per input: does anyone want its gradient? (PyTorch's needs_input_grad)
+  std::vector<SavedTensor> extras;  // what the forward kept for backward (dispatch::save_for_backward)
   const Tensor& input(size_t i) const;
+  const Tensor& extra(size_t i) const;
   const Tensor& output() const { return out.get(op); }
 };
 

@@ -28,28 +28,45 @@ bool any_requires_grad(const std::vector<Tensor>& inputs) {
   return false;
 }
 
-thread_local bool t_recording = false;  // see recording()
+thread_local bool t_recording = false;                 // see recording()
+thread_local std::vector<Tensor>* t_extras = nullptr;  // see save_for_backward()
 
-// `records`: whether call() will record this op (what recording() answers inside).
-Tensor run_forward(const std::vector<Tensor>& inputs, const Forward& forward, bool records = false) {
+// `records`: whether call() will record this op (what recording() answers
+// inside); `extras` receives what the forward keeps for backward.
+Tensor run_forward(const std::vector<Tensor>& inputs, const Forward& forward, bool records = false,
+                   std::vector<Tensor>* extras = nullptr) {
   amp::AutocastOff no_autocast;   // composite ops are not cast twice
   autograd::NoGradGuard no_grad;  // inner ops record nothing
   struct Flag {
     bool prev;
-    explicit Flag(bool now) : prev(t_recording) { t_recording = now; }
-    ~Flag() { t_recording = prev; }
-  } flag(records);
+    std::vector<Tensor>* prev_extras;
+    Flag(bool now, std::vector<Tensor>* extras) : prev(t_recording), prev_extras(t_extras) {
+      t_recording = now;
+      t_extras = now ? extras : nullptr;
+    }
+    ~Flag() {
+      t_recording = prev;
+      t_extras = prev_extras;
+    }
+  } flag(records, extras);
   return forward(inputs);
 }
 }  // namespace
 
 bool recording() { return t_recording; }
 
+void save_for_backward(const Tensor& t) {
+  HG_CHECK(t_recording && t_extras != nullptr,
+           "save_for_backward: called outside the forward of an op that is being recorded (internal error)");
+  t_extras->push_back(t);
+}
+
 Tensor call(std::string_view op, std::vector<Tensor> inputs, const Forward& forward, Backward backward, Save save) {
   amp::autocast_inputs(op, inputs);
   check_same_device(op, inputs);
   const bool records = autograd::grad_enabled() && any_requires_grad(inputs);
-  Tensor out = run_forward(inputs, forward, records);
+  std::vector<Tensor> extras;
+  Tensor out = run_forward(inputs, forward, records, &extras);
   // integer and bool outputs carry no gradient (as in PyTorch: x.to(int64))
   if (!records || !is_floating(out.dtype())) return out;
 
@@ -67,6 +84,7 @@ Tensor call(std::string_view op, std::vector<Tensor> inputs, const Forward& forw
   }
   // The output is saved detached: holding it with its grad_fn would be a cycle.
   if (static_cast<unsigned>(save) & static_cast<unsigned>(Save::Output)) node->saved.out = autograd::SavedTensor(out);
+  for (const Tensor& t : extras) node->saved.extras.emplace_back(t);
   // The forward result may be an alias of an input (views): give the output
   // its own handle so setting grad_fn does not touch the input.
   for (const auto& t : inputs)

@@ -60,6 +60,11 @@ void inplace(std::string_view op, const Tensor& self, std::vector<Tensor> others
 // keeps extra state only for backward (an activation's pre-activation, a ReLU
 // mask) asks this instead of working it out from its inputs.
 bool recording();
+// Inside a recorded call()'s forward: keep `t` for the backward formula, which
+// reads it back as Saved::extra(i) in the order kept. Like the saved inputs it
+// is version-checked (an in-place change before backward is an Error) and
+// freed when the graph has run. An Error when the op is not being recorded.
+void save_for_backward(const Tensor& t);
 
 // Shared check: every defined tensor on the same device, else a clear Error.
 void check_same_device(std::string_view op, const std::vector<Tensor>& inputs);

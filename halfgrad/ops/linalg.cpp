@@ -117,10 +117,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activat
   // The GELUs' backward needs the pre-activation z. Only a recorded op keeps
   // it: without it CUDA's tanh GELU is the GEMM alone (GELU_BIAS, no aux write).
   const bool gelu_act = kernels::is_gelu(act);
-  auto pre = std::make_shared<Tensor>();
   return dispatch::call(
       name, {x, weight, bias},
-      [act, name, pre, gelu_act](const std::vector<Tensor>& in) {
+      [act, name, gelu_act](const std::vector<Tensor>& in) {
         const bool keep_pre = gelu_act && dispatch::recording();
         ops::check_same_dtype(name, in);
         const Tensor& x = in[0];
@@ -129,14 +128,15 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activat
         const Tensor x2 = x.dim() == 2 ? x : x.reshape({-1, x.shape().back()});
         Tensor y = make_tensor({x2.shape()[0], w.shape()[0]}, x.options());
         // contiguous [N, out]: cuBLASLt writes z in the GEMM when out is a multiple of 8
-        if (keep_pre) *pre = make_tensor(y.shape(), y.options());
-        kernels::linear_act(gemm_operand(x2), w, in[2], act, y, *pre);
+        Tensor pre = keep_pre ? make_tensor(y.shape(), y.options()) : Tensor();
+        kernels::linear_act(gemm_operand(x2), w, in[2], act, y, pre);
+        if (keep_pre) dispatch::save_for_backward(pre);
         if (x.dim() == 2) return y;
         Shape out_shape = x.shape();
         out_shape.back() = w.shape()[0];
         return y.view(out_shape);
       },
-      [act, pre](const Saved& s, const Tensor& g) -> Grads {
+      [act](const Saved& s, const Tensor& g) -> Grads {
         const Tensor& x = s.input(0);
         const Tensor& w = s.input(1);
         const bool has_bias = s.input(2).defined();
@@ -144,11 +144,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activat
         const Tensor x2 = gemm_operand(x.dim() == 2 ? x : x.reshape({-1, x.shape().back()}));
         Tensor saved;
         if (act == Activation::ReLU) saved = s.output().reshape(g2.shape());
-        if (kernels::is_gelu(act)) {
-          HG_CHECK(pre->defined(), "{}: internal error: the pre-activation was not kept for backward",
-                   s.op);
-          saved = *pre;
-        }
+        if (kernels::is_gelu(act)) saved = s.extra(0);  // the pre-activation z
         // only the gradients someone needs (the first layer's input needs none)
         Tensor dx = s.needs_grad[0] ? make_tensor(x2.shape(), g.options()) : Tensor();
         Tensor dw = s.needs_grad[1] ? make_tensor(w.shape(), g.options()) : Tensor();

@@ -60,12 +60,6 @@ void check_dtypes(const std::vector<Tensor>& in) {
 
 Tensor rows_of(const Tensor& t) { return t.dim() == 2 ? t : t.reshape({-1, t.shape().back()}); }
 
-// What backward needs besides the saved inputs and output: the hidden layers'
-// outputs (the next layer's GEMM input) and the backend's per-layer state.
-struct ChainState {
-  std::vector<Tensor> hidden;  // h[1] .. h[layers - 1]
-  std::vector<Tensor> saved;   // kernels::linear_chain's result
-};
 }  // namespace
 
 Tensor linear_chain(const Tensor& x, const std::vector<Tensor>& weights, const std::vector<Tensor>& biases,
@@ -77,10 +71,13 @@ Tensor linear_chain(const Tensor& x, const std::vector<Tensor>& weights, const s
     inputs.push_back(weights[i]);
     inputs.push_back(biases[i]);
   }
-  auto state = std::make_shared<ChainState>();
+  // What backward needs besides the saved inputs and output is kept through
+  // dispatch::save_for_backward (version-checked, freed with the graph): the
+  // hidden layers' outputs h[1] .. h[layers - 1] (the next GEMMs' inputs),
+  // then the backend's per-layer state (kernels::linear_chain's result).
   return dispatch::call(
       kOp, std::move(inputs),
-      [state, acts = activations](const std::vector<Tensor>& in) {
+      [acts = activations](const std::vector<Tensor>& in) {
         check_dtypes(in);
         const bool records = dispatch::recording();  // keep what backward reads only if it can run
         const size_t layers = acts.size();
@@ -93,16 +90,15 @@ Tensor linear_chain(const Tensor& x, const std::vector<Tensor>& weights, const s
         }
         std::vector<Tensor> saved = kernels::linear_chain(h, w, b, acts, records);
         if (records) {
-          state->hidden.assign(h.begin() + 1, h.end() - 1);
-          state->saved = std::move(saved);
+          for (size_t i = 1; i + 1 < h.size(); ++i) dispatch::save_for_backward(h[i]);
+          for (const Tensor& t : saved) dispatch::save_for_backward(t);
         }
         if (in[0].dim() == 2) return h.back();
         Shape out_shape = in[0].shape();
         out_shape.back() = h.back().shape()[1];
         return h.back().view(out_shape);
       },
-      [state, acts = activations, x_shape = x.shape()](const dispatch::Saved& s,
-                                                       const Tensor& g) -> dispatch::Grads {
+      [acts = activations, x_shape = x.shape()](const dispatch::Saved& s, const Tensor& g) -> dispatch::Grads {
         const int64_t layers = static_cast<int64_t>(acts.size());
         // Only the gradients someone needs (PyTorch's needs_input_grad), and only the
         // saved tensors those read: nothing below the lowest wanted gradient.
@@ -111,7 +107,7 @@ Tensor linear_chain(const Tensor& x, const std::vector<Tensor>& weights, const s
           if (s.needs_grad[1 + 2 * i] || s.needs_grad[2 + 2 * i]) lowest = std::min(lowest, i);
         const Tensor g2 = rows_of(g).contiguous();
         std::vector<Tensor> h{lowest <= 0 ? ops::gemm_operand(rows_of(s.input(0))) : Tensor()}, w, dw, db;
-        h.insert(h.end(), state->hidden.begin(), state->hidden.end());
+        for (int64_t i = 0; i + 1 < layers; ++i) h.push_back(s.extra(static_cast<size_t>(i)));
         // the output is saved (Save::Both) only when the last layer's ReLU needs it
         h.push_back(acts.back() == Activation::ReLU ? s.output().reshape(g2.shape()) : Tensor());
         for (int64_t i = 0; i < layers; ++i) {
@@ -120,7 +116,9 @@ Tensor linear_chain(const Tensor& x, const std::vector<Tensor>& weights, const s
           db.push_back(s.needs_grad[2 + 2 * i] ? make_tensor({w[i].shape()[0]}, g.options()) : Tensor());
         }
         const Tensor dx = s.needs_grad[0] ? make_tensor({g2.shape()[0], w[0].shape()[1]}, g.options()) : Tensor();
-        kernels::linear_chain_backward(g2, h, w, acts, state->saved, dx, dw, db);
+        std::vector<Tensor> state;  // the backend's, after the hidden outputs
+        for (size_t i = static_cast<size_t>(layers - 1); i < s.extras.size(); ++i) state.push_back(s.extra(i));
+        kernels::linear_chain_backward(g2, h, w, acts, state, dx, dw, db);
         dispatch::Grads grads{dx.defined() && x_shape.size() != 2 ? dx.view(x_shape) : dx};
         for (int64_t i = 0; i < layers; ++i) {
           grads.push_back(dw[i]);

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include <halfgrad/autograd/node.h>
+#include <halfgrad/ops/dispatch.h>
 #include "test_util.h"
 
 using namespace halfgrad;
@@ -301,4 +302,35 @@ TEST_CASE("a leaf's .grad never aliases another tensor", "[autograd][engine]") {
   CHECK(d.grad().storage().get() != e.grad().storage().get());
   CHECK(hgtest::values(d.grad()) == std::vector<double>(2, 3.0));
   CHECK(hgtest::values(e.grad()) == std::vector<double>(2, 3.0));
+}
+
+TEST_CASE("What a forward keeps for backward (save_for_backward) is version-checked and freed", "[autograd]") {
+  using namespace halfgrad;
+  // An op y = x * k whose forward keeps k: changing k in place before backward is an Error.
+  auto scaled = [](const Tensor& x, const Tensor& k) {
+    return dispatch::call(
+        "test_scale", {x},
+        [k](const std::vector<Tensor>& in) {
+          dispatch::save_for_backward(k);
+          return mul(in[0], k);
+        },
+        [](const dispatch::Saved& s, const Tensor& g) -> dispatch::Grads { return {mul(g, s.extra(0))}; },
+        dispatch::Save::Nothing);
+  };
+  Tensor k = full({3}, 2.0);
+  Tensor x = ones({3}).requires_grad_(true);
+  Tensor y = scaled(x, k);
+  {
+    NoGradGuard no_grad;
+    k.add_(ones({3}));
+  }
+  REQUIRE_THROWS_WITH(sum(y).backward(), Catch::Matchers::Contains("modified by an in-place operation"));
+
+  Tensor x2 = ones({3}).requires_grad_(true);
+  Tensor y2 = scaled(x2, full({3}, 2.0));
+  sum(y2).backward();
+  CHECK(hgtest::values(x2.grad()) == std::vector<double>{2, 2, 2});
+  REQUIRE_THROWS_WITH(sum(y2).backward(), Catch::Matchers::Contains("retain_graph"));
+  // Not recorded (no input requires grad): keeping anything is an internal error.
+  REQUIRE_THROWS_WITH(scaled(ones({3}), k), Catch::Matchers::Contains("save_for_backward"));
 }
