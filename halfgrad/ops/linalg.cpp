@@ -69,6 +69,14 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
       Save::Inputs);
 }
 
+namespace {
+// addmm in a half dtype with beta or alpha != 1: computed in float32 and rounded
+// once (scaling a half operand, or beta * bias, would round each on its own).
+bool scaled_half(DType dt, double beta, double alpha) {
+  return (dt == DType::Float16 || dt == DType::BFloat16) && (beta != 1.0 || alpha != 1.0);
+}
+}  // namespace
+
 Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, double beta, double alpha) {
   ops::check_defined("addmm", {{"self (the bias)", &bias}, {"mat1", &a}, {"mat2", &b}});
   HG_CHECK(a.dim() == 2 && b.dim() == 2 && a.shape()[1] == b.shape()[0],
@@ -83,6 +91,11 @@ Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, double beta, 
       "addmm", {bias, a, b},
       [out_shape, beta, alpha](const std::vector<Tensor>& in) {
         ops::check_same_dtype("addmm", in);
+        const DType dt = in[1].dtype();
+        if (scaled_half(dt, beta, alpha)) {  // in float32, rounded once to the half type
+          const Tensor prod = mm(in[1].to(DType::Float32), in[2].to(DType::Float32));
+          return add(mul(prod, alpha), mul(ops::broadcast_to(in[0], out_shape).to(DType::Float32), beta)).to(dt);
+        }
         // out = beta * bias (broadcast), then out += alpha * (a @ b) in one GEMM
         Tensor out = make_tensor(out_shape, in[1].options());
         kernels::copy(out, ops::broadcast_to(beta == 1.0 ? in[0] : mul(in[0], beta), out_shape));
@@ -91,6 +104,12 @@ Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, double beta, 
         return out;
       },
       [beta, alpha, bias_shape](const Saved& s, const Tensor& g) -> Grads {
+        const DType dt = s.input(1).dtype();
+        if (scaled_half(dt, beta, alpha)) {  // each gradient in float32, rounded once
+          const Tensor g32 = g.to(DType::Float32);
+          return {sum_to(mul(g32, beta), bias_shape).to(dt), mul(mm(g32, s.input(2).t().to(DType::Float32)), alpha).to(dt),
+                  mul(mm(s.input(1).t().to(DType::Float32), g32), alpha).to(dt)};
+        }
         const Tensor ga = mm(g, s.input(2).t()), gb = mm(s.input(1).t(), g);
         return {sum_to(beta == 1.0 ? g : mul(g, beta), bias_shape), alpha == 1.0 ? ga : mul(ga, alpha),
                 alpha == 1.0 ? gb : mul(gb, alpha)};

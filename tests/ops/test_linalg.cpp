@@ -193,3 +193,35 @@ TEST_CASE("GEMMs accumulate half inputs in float32", "[ops][linalg]") {
     HG_CHECK_CLOSE(mm(x, y), hgtest::matmul2d(values(x), values(y), 1, 2048, 1));
   }
 }
+
+TEST_CASE("addmm in bfloat16 with alpha and beta rounds once, forward and backward", "[ops][linalg]") {
+  // 8-bit mantissas times alpha = 0.75 need 10 bits: rounding alpha * mat1 (or
+  // beta * bias) to bfloat16 first would lose them. In float32 all of it is exact.
+  auto vals = [](int n, int seed) {
+    std::vector<double> v;
+    for (int i = 0; i < n; ++i) v.push_back((129 + (i * 37 + seed) % 127) / 128.0 * ((i + seed) % 3 == 0 ? -1 : 1));
+    return v;
+  };
+  const auto va = vals(12, 1), vb = vals(8, 2), vc = vals(6, 3);
+  const double alpha = 0.75, beta = 1.25;
+  Tensor a = hgtest::make(va, {3, 4}, bfloat16).requires_grad_(true);
+  Tensor b = hgtest::make(vb, {4, 2}, bfloat16).requires_grad_(true);
+  Tensor c = hgtest::make(vc, {3, 2}, bfloat16).requires_grad_(true);
+  const Tensor y = addmm(c, a, b, beta, alpha);
+  const auto got = values(y);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 2; ++j) {
+      double r = beta * vc[i * 2 + j];
+      for (int p = 0; p < 4; ++p) r += alpha * va[i * 4 + p] * vb[p * 2 + j];
+      INFO("out[" << i << "][" << j << "]");
+      CHECK(got[i * 2 + j] == hgtest::round_to(r, bfloat16));
+    }
+  sum(y).backward();
+  const auto ga = values(a.grad());
+  for (int i = 0; i < 3; ++i)
+    for (int p = 0; p < 4; ++p) {
+      INFO("grad a[" << i << "][" << p << "]");
+      CHECK(ga[i * 4 + p] == hgtest::round_to(alpha * (vb[p * 2] + vb[p * 2 + 1]), bfloat16));
+    }
+  CHECK(values(c.grad()) == std::vector<double>(6, beta));
+}
