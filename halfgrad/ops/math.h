@@ -173,6 +173,14 @@ constexpr bool unary_supports_int(kernels::UnaryOp op) {
     HG_UNARY_CASE(Tanh, F) HG_UNARY_CASE(Clamp, F) HG_UNARY_CASE(PowScalar, F)                        \
     HG_UNARY_CASE(Sign, F) HG_UNARY_CASE(GeluTanh, F)                                                 \
   }
+// Both binary switches name every BinaryOp (no default:), so -Werror=switch
+// makes a new op that is in neither list a compile error.
+#define HG_BOP(X) case ::halfgrad::kernels::BinaryOp::X:
+#define HG_COMPARE_OPS_SKIPPED HG_BOP(Eq) HG_BOP(Ne) HG_BOP(Lt) HG_BOP(Le) HG_BOP(Gt) HG_BOP(Ge) break;
+#define HG_ARITH_OPS_SKIPPED                                                                             \
+  HG_BOP(Add) HG_BOP(Sub) HG_BOP(Mul) HG_BOP(Div) HG_BOP(Pow) HG_BOP(Maximum) HG_BOP(Minimum)            \
+  HG_BOP(ReluBackward) HG_BOP(SigmoidBackward) HG_BOP(TanhBackward) HG_BOP(GeluBackward)                 \
+  HG_BOP(GeluTanhBackward) break;
 #define HG_BINARY_CASE(X, F) case ::halfgrad::kernels::BinaryOp::X: return F.template operator()<::halfgrad::kernels::BinaryOp::X>();
 #define HG_ARITH_OP_SWITCH(op, F)                                                                        \
   switch (op) {                                                                                        \
@@ -180,11 +188,11 @@ constexpr bool unary_supports_int(kernels::UnaryOp op) {
     HG_BINARY_CASE(Pow, F) HG_BINARY_CASE(Maximum, F) HG_BINARY_CASE(Minimum, F)                      \
     HG_BINARY_CASE(ReluBackward, F) HG_BINARY_CASE(SigmoidBackward, F) HG_BINARY_CASE(TanhBackward, F) \
     HG_BINARY_CASE(GeluBackward, F) HG_BINARY_CASE(GeluTanhBackward, F)                               \
-    default: break;                                                                                    \
+    HG_COMPARE_OPS_SKIPPED                                                                             \
   }
 #define HG_COMPARE_OP_SWITCH(op, F)                                                                      \
   switch (op) {                                                                                        \
     HG_BINARY_CASE(Eq, F) HG_BINARY_CASE(Ne, F) HG_BINARY_CASE(Lt, F) HG_BINARY_CASE(Le, F)           \
     HG_BINARY_CASE(Gt, F) HG_BINARY_CASE(Ge, F)                                                       \
-    default: break;                                                                                    \
+    HG_ARITH_OPS_SKIPPED                                                                               \
   }
