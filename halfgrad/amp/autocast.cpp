@@ -7,6 +7,7 @@
 #include <map>
 #include <vector>
 
+#include <halfgrad/amp/op_policy.h>
 #include <halfgrad/core/error.h>
 
 namespace halfgrad::amp {
@@ -150,7 +151,7 @@ DType autocast_dtype(DeviceType type) { return device_state(type).dtype; }
 bool is_autocast_cache_enabled() { return g.cache_enabled; }
 size_t cast_cache_size() { return g.cache.size(); }
 
-void autocast_inputs(std::string_view op, std::vector<Tensor>& inputs) {
+void autocast_inputs(OpId op, std::vector<Tensor>& inputs) {
   const bool tracing = (g_trace || env_trace()) && g.inner_ops == 0;
   if (!g.cpu.enabled && !g.cuda.enabled && !tracing) return;  // the common case: one branch
 
@@ -181,14 +182,15 @@ void autocast_inputs(std::string_view op, std::vector<Tensor>& inputs) {
           bf16 |= t.dtype() == DType::BFloat16;
         }
         HG_CHECK(f32 || !(f16 && bf16),
-                 "{}: autocast cannot promote float16 with bfloat16 inputs ({}); cast them to one dtype first", op,
+                 "{}: autocast cannot promote float16 with bfloat16 inputs ({}); cast them to one dtype first",
+                 op_name(op),
                  dtype_list(inputs));
         if (f32) target = DType::Float32;
         else if (f16) target = DType::Float16;
         else if (bf16) target = DType::BFloat16;
         break;
       }
-      case CastPolicy::Banned: fail("{}", banned_message(device, op));
+      case CastPolicy::Banned: fail("{}", banned_message(device, op_name(op)));
     }
   }
 
@@ -211,7 +213,7 @@ void autocast_inputs(std::string_view op, std::vector<Tensor>& inputs) {
 
   if (tracing && s.enabled) {  // ops outside any region are not autocast decisions
     const std::string ran = dtype_list(inputs);
-    emit(fmt::format("[autocast] {:<14} in: {:<30} policy: {:<20} ran in: {}{}", op, before,
+    emit(fmt::format("[autocast] {:<14} in: {:<30} policy: {:<20} ran in: {}{}", op_name(op), before,
                      policy ? policy_name(*policy) : "none (input dtypes)",
                      ran.empty() ? "-" : ran, cache_note));
   }

@@ -11,6 +11,7 @@
 // step: the one place where inputs are cast, driven by the policy table
 // (amp/policy.h). Casts are ordinary autograd-visible `to` ops, so the
 // backward of a float16 cast of a float32 weight delivers a float32 gradient.
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -20,6 +21,10 @@
 
 #include <halfgrad/amp/policy.h>
 #include <halfgrad/core/tensor.h>
+
+namespace halfgrad {
+enum class OpId : std::uint16_t;  // the dispatcher's op identity (ops/op_id.h, internal)
+}
 
 namespace halfgrad::amp {
 
@@ -77,8 +82,9 @@ bool is_autocast_cache_enabled();
 size_t cast_cache_size();
 
 // The dispatcher's autocast step: cast `inputs` in place by the op's policy
-// row. A no-op when autocast is off for the inputs' device type.
-void autocast_inputs(std::string_view op, std::vector<Tensor>& inputs);
+// row (one lock-free lookup by OpId). A no-op when autocast is off for the
+// inputs' device type.
+void autocast_inputs(OpId op, std::vector<Tensor>& inputs);
 
 // Turns autocast off on this thread for its lifetime: the dispatcher wraps an
 // op's inner call in it (composite ops are not cast twice), and so does the

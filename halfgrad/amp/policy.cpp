@@ -6,8 +6,13 @@
 
 #include <fmt/format.h>
 
+#include <array>
+#include <atomic>
+#include <cstdint>
 #include <map>
 #include <mutex>
+
+#include <halfgrad/amp/op_policy.h>
 
 #include <halfgrad/core/error.h>
 
@@ -114,10 +119,32 @@ const std::vector<Builtin> kCpu = {
 };
 // clang-format on
 
+// The ops halfgrad has that deliberately have no row (they run in their
+// inputs' dtypes, as in PyTorch: elementwise ops promote as usual, views and
+// copies keep the dtype, in-place ops are never autocast). Every OpId has a
+// row or is listed here, per device type (tests/amp/test_op_id.cpp).
+#define HG_NO_ROW_BOTH                                                                                        \
+  "add", "sub", "mul", "div", "maximum", "minimum", "neg", "sqrt", "abs", "relu", "gelu", "sigmoid", "tanh",  \
+      "clamp", "eq", "ne", "lt", "le", "gt", "ge", "where", "mean", "max", "argmax", "dropout", "view",       \
+      "permute", "narrow", "unsqueeze", "squeeze", "expand", "clone", "contiguous", "to", "to_device",      \
+      "fill", "copy"
+constexpr std::string_view kNoRowCuda[] = {HG_NO_ROW_BOTH};
+// PyTorch's CPU lists are shorter: these take fp32 on CUDA only.
+constexpr std::string_view kNoRowCpu[] = {HG_NO_ROW_BOTH, "exp", "log", "pow", "softmax", "log_softmax", "sum"};
+#undef HG_NO_ROW_BOTH
+
 struct Table {
-  std::mutex mutex;
-  // op -> policy; std::nullopt marks a built-in row the user removed
+  std::mutex mutex;  // guards `overrides` and the writes to `policies`
+  // op -> policy; std::nullopt marks a built-in row the user removed. Every
+  // override is kept here (policy_rows prints them); those of ops halfgrad has
+  // are stored into `policies` too.
   std::map<std::string, std::optional<CastPolicy>, std::less<>> overrides[2];
+  // The policy of each OpId per device type (kNoRow: none), overrides
+  // applied: what lookup_policy(DeviceType, OpId) reads with one relaxed load.
+  static constexpr std::int8_t kNoRow = -1;
+  std::array<std::atomic<std::int8_t>, kOpCount> policies[2];
+  Table() { restore_builtin(); }
+  void restore_builtin();
 };
 Table& table() {
   static Table t;
@@ -125,6 +152,21 @@ Table& table() {
 }
 const std::vector<Builtin>& builtin(DeviceType d) { return d == DeviceType::CUDA ? kCuda : kCpu; }
 int slot(DeviceType d) { return d == DeviceType::CUDA ? 1 : 0; }
+std::int8_t encode(std::optional<CastPolicy> p) { return p ? static_cast<std::int8_t>(*p) : Table::kNoRow; }
+
+// The built-in rows into the arrays (the first row of an op wins, as in
+// builtin_index). Each entry is stored once, so a lookup racing a reset sees
+// the old or the built-in policy, never a passing "no row".
+void Table::restore_builtin() {
+  for (DeviceType d : {DeviceType::CPU, DeviceType::CUDA}) {
+    std::array<std::int8_t, kOpCount> resolved;
+    resolved.fill(kNoRow);
+    for (const auto& r : builtin(d))
+      if (const auto id = find_op(r.op); id && resolved[static_cast<size_t>(*id)] == kNoRow)
+        resolved[static_cast<size_t>(*id)] = encode(r.policy);
+    for (size_t i = 0; i < kOpCount; ++i) policies[slot(d)][i].store(resolved[i], std::memory_order_relaxed);
+  }
+}
 
 // Fast lookup of the built-in rows (built once).
 const std::map<std::string, CastPolicy, std::less<>>& builtin_index(DeviceType d) {
@@ -149,7 +191,20 @@ std::string_view policy_name(CastPolicy p) {
   return "?";
 }
 
+std::optional<CastPolicy> lookup_policy(DeviceType device, OpId op) {
+  const std::int8_t p = table().policies[slot(device)][static_cast<size_t>(op)].load(std::memory_order_relaxed);
+  if (p == Table::kNoRow) return std::nullopt;
+  return static_cast<CastPolicy>(p);
+}
+
+std::span<const std::string_view> ops_without_row(DeviceType device) {
+  if (device == DeviceType::CUDA) return kNoRowCuda;
+  return kNoRowCpu;
+}
+
 std::optional<CastPolicy> lookup_policy(DeviceType device, std::string_view op) {
+  if (const auto id = find_op(op)) return lookup_policy(device, *id);
+  // A row for an op halfgrad does not have (or one added at run time).
   Table& t = table();
   {
     std::lock_guard lock(t.mutex);
@@ -187,12 +242,15 @@ void set_policy(DeviceType device, std::string_view op, std::optional<CastPolicy
   Table& t = table();
   std::lock_guard lock(t.mutex);
   t.overrides[slot(device)][std::string(op)] = policy;
+  if (const auto id = find_op(op))
+    t.policies[slot(device)][static_cast<size_t>(*id)].store(encode(policy), std::memory_order_relaxed);
 }
 
 void reset_policies() {
   Table& t = table();
   std::lock_guard lock(t.mutex);
   for (auto& ov : t.overrides) ov.clear();
+  t.restore_builtin();
 }
 
 std::string banned_message(DeviceType device, std::string_view op) {

@@ -3,7 +3,9 @@
 // under autocast. One row per op name and device type; an op without a row
 // runs in its inputs' dtypes. Data, not code: amp/policy.cpp lists the rows
 // (PyTorch's lists, ops we do not have yet included), and users may override
-// a row at run time.
+// a row at run time. The dispatcher looks rows up by op identity, without a
+// lock (amp/op_policy.h, internal); these name-based functions stay the
+// public interface.
 #include <optional>
 #include <string>
 #include <string_view>

@@ -61,9 +61,9 @@ void save_for_backward(const Tensor& t) {
   t_extras->push_back(t);
 }
 
-Tensor call(std::string_view op, std::vector<Tensor> inputs, const Forward& forward, Backward backward, Save save) {
+Tensor call(OpId op, std::vector<Tensor> inputs, const Forward& forward, Backward backward, Save save) {
   amp::autocast_inputs(op, inputs);
-  check_same_device(op, inputs);
+  check_same_device(op_name(op), inputs);
   const bool records = autograd::grad_enabled() && any_requires_grad(inputs);
   std::vector<Tensor> extras;
   Tensor out = run_forward(inputs, forward, records, &extras);
@@ -71,7 +71,7 @@ Tensor call(std::string_view op, std::vector<Tensor> inputs, const Forward& forw
   if (!records || !is_floating(out.dtype())) return out;
 
   auto node = std::make_shared<autograd::FunctionNode>();
-  node->name = std::string(op);
+  node->name = std::string(op_name(op));
   node->saved.op = node->name;
   node->backward = std::move(backward);
   for (const auto& t : inputs) {
@@ -93,27 +93,27 @@ Tensor call(std::string_view op, std::vector<Tensor> inputs, const Forward& forw
   return out;
 }
 
-Tensor composite(std::string_view op, std::vector<Tensor> inputs, const Forward& body) {
+Tensor composite(OpId op, std::vector<Tensor> inputs, const Forward& body) {
   amp::autocast_inputs(op, inputs);
-  check_same_device(op, inputs);
+  check_same_device(op_name(op), inputs);
   amp::AutocastOff no_autocast;
   return body(inputs);
 }
 
-Tensor call_nograd(std::string_view op, std::vector<Tensor> inputs, const Forward& forward) {
+Tensor call_nograd(OpId op, std::vector<Tensor> inputs, const Forward& forward) {
   amp::autocast_inputs(op, inputs);
-  check_same_device(op, inputs);
+  check_same_device(op_name(op), inputs);
   return run_forward(inputs, forward);
 }
 
 namespace {
 // "add" for add_: the op a user can call instead (copy_ and fill_ have none).
-std::string_view out_of_place(std::string_view op) { return op == "copy" || op == "fill" ? "" : op; }
+std::string_view out_of_place(OpId op) { return op == OpId::copy || op == OpId::fill ? "" : op_name(op); }
 }  // namespace
 
-void inplace(std::string_view op, const Tensor& self, std::vector<Tensor> others, const std::function<void()>& kernel,
+void inplace(OpId op, const Tensor& self, std::vector<Tensor> others, const std::function<void()>& kernel,
              InplaceRules rules) {
-  const std::string name = fmt::format("{}_", op);
+  const std::string name = fmt::format("{}_", op_name(op));
   if (!rules.any_device) {
     others.push_back(self);
     check_same_device(name, others);

@@ -1,7 +1,7 @@
 #pragma once
 // The one path every op takes (DESIGN.md, "One op call"):
 //
-//   dispatch::call("linear", {x, w, b}, forward, backward, Save::Inputs)
+//   dispatch::call(OpId::linear, {x, w, b}, forward, backward, Save::Inputs)
 //     1. autocast   amp/: the policy table may cast the floating inputs
 //     2. checks     all tensors on one device
 //     3. forward    the backend kernels, with autocast off and grad mode off
@@ -10,12 +10,15 @@
 //
 // An op file (ops/*.cpp) therefore reads as: its checks, its kernel call,
 // its backward formula. In-place ops take `dispatch::inplace`: no autocast
-// (as in PyTorch), no recording, and they bump the version counter.
+// (as in PyTorch), no recording, and they bump the version counter. Ops are
+// named by OpId (ops/op_id.h): the autocast row, the node name and the trace
+// line all come from it.
 #include <functional>
 #include <string_view>
 #include <vector>
 
 #include <halfgrad/autograd/node.h>
+#include <halfgrad/ops/op_id.h>
 
 namespace halfgrad::dispatch {
 
@@ -27,18 +30,18 @@ enum class Save : unsigned { Nothing = 0, Inputs = 1, Output = 2, Both = 3 };
 using Forward = std::function<Tensor(const std::vector<Tensor>& inputs)>;
 using Backward = autograd::BackwardFn;
 
-Tensor call(std::string_view op, std::vector<Tensor> inputs, const Forward& forward, Backward backward,
+Tensor call(OpId op, std::vector<Tensor> inputs, const Forward& forward, Backward backward,
             Save save = Save::Inputs);
 
 // A composite op (PyTorch's CompositeImplicitAutograd: matmul, stack,
 // dropout): the autocast step and device checks for `op`, then `body` runs
 // with autocast off and grad mode as it was, so the ops inside record their
 // own history.
-Tensor composite(std::string_view op, std::vector<Tensor> inputs, const Forward& body);
+Tensor composite(OpId op, std::vector<Tensor> inputs, const Forward& body);
 
 // Ops without a gradient (comparisons, argmax, factories): autocast step and
 // device checks, then the kernel.
-Tensor call_nograd(std::string_view op, std::vector<Tensor> inputs, const Forward& forward);
+Tensor call_nograd(OpId op, std::vector<Tensor> inputs, const Forward& forward);
 
 // Where an in-place op departs from the common rules of inplace().
 struct InplaceRules {
@@ -46,13 +49,13 @@ struct InplaceRules {
   bool self_may_overlap = false;  // fill_: one value through an expanded view is well defined
 };
 
-// In-place op `op`_ on `self`: every tensor in `others` on self's device and
+// In-place op `op`_ on `self` (named op_name(op) + "_" in messages): every tensor in `others` on self's device and
 // broadcasting TO self's shape (PyTorch: the broadcast shape must be self's),
 // self not requiring grad in grad mode, no two elements of self on one memory
 // location and no tensor in `others` partly overlapping self (PyTorch's
 // memory-overlap errors; full identity, x.add_(x), is fine); then the kernel
 // and a version bump.
-void inplace(std::string_view op, const Tensor& self, std::vector<Tensor> others,
+void inplace(OpId op, const Tensor& self, std::vector<Tensor> others,
              const std::function<void()>& kernel, InplaceRules rules = {});
 
 // Inside a call()'s forward: whether the op will be recorded, i.e. whether its

@@ -42,23 +42,25 @@ Tensor binary_kernel(BinaryOp op, const Tensor& a, const Tensor& b, const Shape&
   return out;
 }
 
-Tensor binary_op(std::string_view name, BinaryOp op, const Tensor& a0, const Tensor& b0, bool needs_float,
+Tensor binary_op(OpId id, BinaryOp op, const Tensor& a0, const Tensor& b0, bool needs_float,
                  double alpha, dispatch::Backward backward, Save save) {
+  const std::string_view name = op_name(id);
   ops::check_defined(name, {{"input", &a0}, {"other", &b0}});
   auto [a, b] = promoted(a0, b0, needs_float);
   const Shape shape = ops::broadcast_shapes(name, a.shape(), b.shape());
   return dispatch::call(
-      name, {a, b},
+      id, {a, b},
       [op, shape, alpha](const std::vector<Tensor>& in) { return binary_kernel(op, in[0], in[1], shape, alpha); },
       std::move(backward), save);
 }
 
-Tensor unary_op(std::string_view name, UnaryOp op, const Tensor& a0, dispatch::Backward backward, Save save,
+Tensor unary_op(OpId id, UnaryOp op, const Tensor& a0, dispatch::Backward backward, Save save,
                 kernels::UnaryParams p = {}, bool needs_float = true) {
+  const std::string_view name = op_name(id);
   ops::check_defined(name, {{"input", &a0}});
   const Tensor a = needs_float && !is_floating(a0.dtype()) ? a0.to(DType::Float32) : a0;
   return dispatch::call(
-      name, {a},
+      id, {a},
       [op, p](const std::vector<Tensor>& in) {
         Tensor out = make_tensor(in[0].shape(), in[0].options());
         kernels::unary(op, in[0], out, p);
@@ -67,11 +69,12 @@ Tensor unary_op(std::string_view name, UnaryOp op, const Tensor& a0, dispatch::B
       std::move(backward), save);
 }
 
-Tensor compare_op(std::string_view name, BinaryOp op, const Tensor& a0, const Tensor& b0) {
+Tensor compare_op(OpId id, BinaryOp op, const Tensor& a0, const Tensor& b0) {
+  const std::string_view name = op_name(id);
   ops::check_defined(name, {{"input", &a0}, {"other", &b0}});
   auto [a, b] = promoted(a0, b0, false);
   const Shape shape = ops::broadcast_shapes(name, a.shape(), b.shape());
-  return dispatch::call_nograd(name, {a, b}, [op, shape](const std::vector<Tensor>& in) {
+  return dispatch::call_nograd(id, {a, b}, [op, shape](const std::vector<Tensor>& in) {
     Tensor out = make_tensor(shape, TensorOptions(DType::Bool, in[0].device()));
     kernels::binary(op, ops::broadcast_to(in[0], shape), ops::broadcast_to(in[1], shape), out);
     return out;
@@ -94,7 +97,7 @@ Tensor tie_split_grad(const Tensor& g, const Tensor& wins, const Tensor& ties) {
 Tensor add(const Tensor& a, const Tensor& b, double alpha) {
   ops::check_defined("add", {{"input", &a}, {"other", &b}});
   const Shape sa = a.shape(), sb = b.shape();
-  return binary_op("add", BinaryOp::Add, a, b, false, alpha,
+  return binary_op(OpId::add, BinaryOp::Add, a, b, false, alpha,
                    [sa, sb, alpha](const Saved&, const Tensor& g) -> Grads {
                      return {sum_to(g, sa), sum_to(alpha == 1.0 ? g : mul(g, alpha), sb)};
                    },
@@ -104,7 +107,7 @@ Tensor add(const Tensor& a, const Tensor& b, double alpha) {
 Tensor sub(const Tensor& a, const Tensor& b, double alpha) {
   ops::check_defined("sub", {{"input", &a}, {"other", &b}});
   const Shape sa = a.shape(), sb = b.shape();
-  return binary_op("sub", BinaryOp::Sub, a, b, false, alpha,
+  return binary_op(OpId::sub, BinaryOp::Sub, a, b, false, alpha,
                    [sa, sb, alpha](const Saved&, const Tensor& g) -> Grads {
                      return {sum_to(g, sa), sum_to(mul(g, -alpha), sb)};
                    },
@@ -113,7 +116,7 @@ Tensor sub(const Tensor& a, const Tensor& b, double alpha) {
 
 Tensor mul(const Tensor& a, const Tensor& b) {
   ops::check_defined("mul", {{"input", &a}, {"other", &b}});
-  return binary_op("mul", BinaryOp::Mul, a, b, false, 1.0,
+  return binary_op(OpId::mul, BinaryOp::Mul, a, b, false, 1.0,
                    [](const Saved& s, const Tensor& g) -> Grads {
                      const Tensor &x = s.input(0), &y = s.input(1);
                      return {sum_to(mul(g, y), x.shape()), sum_to(mul(g, x), y.shape())};
@@ -123,7 +126,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 
 Tensor div(const Tensor& a, const Tensor& b) {
   ops::check_defined("div", {{"input", &a}, {"other", &b}});
-  return binary_op("div", BinaryOp::Div, a, b, true, 1.0,
+  return binary_op(OpId::div, BinaryOp::Div, a, b, true, 1.0,
                    [](const Saved& s, const Tensor& g) -> Grads {
                      const Tensor &x = s.input(0), &y = s.input(1);
                      const Tensor gx = div(g, y);
@@ -134,7 +137,7 @@ Tensor div(const Tensor& a, const Tensor& b) {
 
 Tensor pow(const Tensor& a, const Tensor& b) {
   ops::check_defined("pow", {{"input", &a}, {"other", &b}});
-  return binary_op("pow", BinaryOp::Pow, a, b, true, 1.0,
+  return binary_op(OpId::pow, BinaryOp::Pow, a, b, true, 1.0,
                    [](const Saved& s, const Tensor& g) -> Grads {
                      const Tensor &x = s.input(0), &y = s.input(1);
                      const Tensor gx = mul(g, mul(y, pow(x, sub(y, 1.0))));
@@ -148,7 +151,7 @@ Tensor pow(const Tensor& a, const Tensor& b) {
 
 Tensor maximum(const Tensor& a, const Tensor& b) {
   ops::check_defined("maximum", {{"input", &a}, {"other", &b}});
-  return binary_op("maximum", BinaryOp::Maximum, a, b, false, 1.0,
+  return binary_op(OpId::maximum, BinaryOp::Maximum, a, b, false, 1.0,
                    [](const Saved& s, const Tensor& g) -> Grads {
                      const Tensor &x = s.input(0), &y = s.input(1);
                      return {sum_to(tie_split_grad(g, gt(x, y), eq(x, y)), x.shape()),
@@ -159,7 +162,7 @@ Tensor maximum(const Tensor& a, const Tensor& b) {
 
 Tensor minimum(const Tensor& a, const Tensor& b) {
   ops::check_defined("minimum", {{"input", &a}, {"other", &b}});
-  return binary_op("minimum", BinaryOp::Minimum, a, b, false, 1.0,
+  return binary_op(OpId::minimum, BinaryOp::Minimum, a, b, false, 1.0,
                    [](const Saved& s, const Tensor& g) -> Grads {
                      const Tensor &x = s.input(0), &y = s.input(1);
                      return {sum_to(tie_split_grad(g, lt(x, y), eq(x, y)), x.shape()),
@@ -189,7 +192,7 @@ Tensor pow(const Tensor& a, double exponent) {
              "first",
              exponent, dtype_name(a.dtype()), a.describe());
   }
-  return unary_op("pow", UnaryOp::PowScalar, a,
+  return unary_op(OpId::pow, UnaryOp::PowScalar, a,
                   [exponent](const Saved& s, const Tensor& g) -> Grads {
                     if (exponent == 0.0) return {zeros_like(g)};  // d x^0 = 0, also at x = 0
                     return {mul(g, mul(pow(s.input(0), exponent - 1.0), exponent))};
@@ -199,28 +202,28 @@ Tensor pow(const Tensor& a, double exponent) {
 
 // ---- unary -------------------------------------------------------------------------
 Tensor neg(const Tensor& a) {
-  return unary_op("neg", UnaryOp::Neg, a, [](const Saved&, const Tensor& g) -> Grads { return {neg(g)}; },
+  return unary_op(OpId::neg, UnaryOp::Neg, a, [](const Saved&, const Tensor& g) -> Grads { return {neg(g)}; },
                   Save::Nothing, {}, false);
 }
 
 Tensor exp(const Tensor& a) {
-  return unary_op("exp", UnaryOp::Exp, a,
+  return unary_op(OpId::exp, UnaryOp::Exp, a,
                   [](const Saved& s, const Tensor& g) -> Grads { return {mul(g, s.output())}; }, Save::Output);
 }
 
 Tensor log(const Tensor& a) {
-  return unary_op("log", UnaryOp::Log, a,
+  return unary_op(OpId::log, UnaryOp::Log, a,
                   [](const Saved& s, const Tensor& g) -> Grads { return {div(g, s.input(0))}; }, Save::Inputs);
 }
 
 Tensor sqrt(const Tensor& a) {
-  return unary_op("sqrt", UnaryOp::Sqrt, a,
+  return unary_op(OpId::sqrt, UnaryOp::Sqrt, a,
                   [](const Saved& s, const Tensor& g) -> Grads { return {div(g, mul(s.output(), 2.0))}; },
                   Save::Output);
 }
 
 Tensor abs(const Tensor& a) {
-  return unary_op("abs", UnaryOp::Abs, a,
+  return unary_op(OpId::abs, UnaryOp::Abs, a,
                   [](const Saved& s, const Tensor& g) -> Grads {
                     Tensor sign = make_tensor(s.input(0).shape(), s.input(0).options());
                     kernels::unary(UnaryOp::Sign, s.input(0), sign);
@@ -230,7 +233,7 @@ Tensor abs(const Tensor& a) {
 }
 
 Tensor relu(const Tensor& a) {
-  return unary_op("relu", UnaryOp::Relu, a,
+  return unary_op(OpId::relu, UnaryOp::Relu, a,
                   [](const Saved& s, const Tensor& g) -> Grads {
                     // one pass, no mask tensor: g where the output is positive
                     return {binary_kernel(BinaryOp::ReluBackward, g.to(s.output().dtype()), s.output(), g.shape())};
@@ -244,7 +247,7 @@ Tensor gelu(const Tensor& a, std::string_view approximate) {
            "gelu: approximate must be \"none\" (exact, the default) or \"tanh\", got \"{}\" for input {}",
            approximate, a.describe());
   const bool tanh_form = approximate == "tanh";
-  return unary_op("gelu", tanh_form ? UnaryOp::GeluTanh : UnaryOp::Gelu, a,
+  return unary_op(OpId::gelu, tanh_form ? UnaryOp::GeluTanh : UnaryOp::Gelu, a,
                   [grad_op = tanh_form ? BinaryOp::GeluTanhBackward : BinaryOp::GeluBackward](
                       const Saved& s, const Tensor& g) -> Grads {
                     const Tensor& x = s.input(0);
@@ -254,7 +257,7 @@ Tensor gelu(const Tensor& a, std::string_view approximate) {
 }
 
 Tensor sigmoid(const Tensor& a) {
-  return unary_op("sigmoid", UnaryOp::Sigmoid, a,
+  return unary_op(OpId::sigmoid, UnaryOp::Sigmoid, a,
                   [](const Saved& s, const Tensor& g) -> Grads {
                     const Tensor& y = s.output();
                     return {binary_kernel(BinaryOp::SigmoidBackward, g.to(y.dtype()), y, g.shape())};
@@ -263,7 +266,7 @@ Tensor sigmoid(const Tensor& a) {
 }
 
 Tensor tanh(const Tensor& a) {
-  return unary_op("tanh", UnaryOp::Tanh, a,
+  return unary_op(OpId::tanh, UnaryOp::Tanh, a,
                   [](const Saved& s, const Tensor& g) -> Grads {
                     const Tensor& y = s.output();
                     return {binary_kernel(BinaryOp::TanhBackward, g.to(y.dtype()), y, g.shape())};
@@ -277,7 +280,7 @@ Tensor clamp(const Tensor& a, std::optional<double> min, std::optional<double> m
   HG_CHECK(is_floating(a.dtype()) || ((!min || std::floor(*min) == *min) && (!max || std::floor(*max) == *max)),
            "clamp: fractional bounds for the integer tensor {}; cast it to a float dtype first", a.describe());
   const double lo = min ? *min : nan, hi = max ? *max : nan;  // NaN: no bound
-  return unary_op("clamp", UnaryOp::Clamp, a,
+  return unary_op(OpId::clamp, UnaryOp::Clamp, a,
                   [](const Saved& s, const Tensor& g) -> Grads {
                     return {masked_grad(g, eq(s.output(), s.input(0)))};  // gradient passes where not clamped
                   },
@@ -285,12 +288,12 @@ Tensor clamp(const Tensor& a, std::optional<double> min, std::optional<double> m
 }
 
 // ---- comparisons and where --------------------------------------------------------------
-Tensor eq(const Tensor& a, const Tensor& b) { return compare_op("eq", BinaryOp::Eq, a, b); }
-Tensor ne(const Tensor& a, const Tensor& b) { return compare_op("ne", BinaryOp::Ne, a, b); }
-Tensor lt(const Tensor& a, const Tensor& b) { return compare_op("lt", BinaryOp::Lt, a, b); }
-Tensor le(const Tensor& a, const Tensor& b) { return compare_op("le", BinaryOp::Le, a, b); }
-Tensor gt(const Tensor& a, const Tensor& b) { return compare_op("gt", BinaryOp::Gt, a, b); }
-Tensor ge(const Tensor& a, const Tensor& b) { return compare_op("ge", BinaryOp::Ge, a, b); }
+Tensor eq(const Tensor& a, const Tensor& b) { return compare_op(OpId::eq, BinaryOp::Eq, a, b); }
+Tensor ne(const Tensor& a, const Tensor& b) { return compare_op(OpId::ne, BinaryOp::Ne, a, b); }
+Tensor lt(const Tensor& a, const Tensor& b) { return compare_op(OpId::lt, BinaryOp::Lt, a, b); }
+Tensor le(const Tensor& a, const Tensor& b) { return compare_op(OpId::le, BinaryOp::Le, a, b); }
+Tensor gt(const Tensor& a, const Tensor& b) { return compare_op(OpId::gt, BinaryOp::Gt, a, b); }
+Tensor ge(const Tensor& a, const Tensor& b) { return compare_op(OpId::ge, BinaryOp::Ge, a, b); }
 Tensor eq(const Tensor& a, double b) { return eq(a, scalar_like(a, b)); }
 Tensor ne(const Tensor& a, double b) { return ne(a, scalar_like(a, b)); }
 Tensor lt(const Tensor& a, double b) { return lt(a, scalar_like(a, b)); }
@@ -305,7 +308,7 @@ Tensor where(const Tensor& cond, const Tensor& a0, const Tensor& b0) {
       ops::broadcast_shapes("where", cond.shape(), ops::broadcast_shapes("where", a.shape(), b.shape()));
   const Shape sa = a.shape(), sb = b.shape();
   return dispatch::call(
-      "where", {cond, a, b},
+      OpId::where, {cond, a, b},
       [shape](const std::vector<Tensor>& in) {
         Tensor out = make_tensor(shape, in[1].options());
         kernels::where(ops::broadcast_to(in[0], shape), ops::broadcast_to(in[1], shape),

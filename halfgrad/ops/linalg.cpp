@@ -38,7 +38,7 @@ Tensor mm(const Tensor& a, const Tensor& b) {
            shape_str(b.shape()), a.shape()[1], b.shape()[0]);
   check_float("mm", a);
   return dispatch::call(
-      "mm", {a, b},
+      OpId::mm, {a, b},
       [](const std::vector<Tensor>& in) {
         ops::check_same_dtype("mm", in);
         return gemm_new(in[0], in[1], {in[0].shape()[0], in[1].shape()[1]});
@@ -57,7 +57,7 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
            shape_str(b.shape()), a.shape()[0], b.shape()[0], a.shape()[2], b.shape()[1]);
   check_float("bmm", a);
   return dispatch::call(
-      "bmm", {a, b},
+      OpId::bmm, {a, b},
       [](const std::vector<Tensor>& in) {
         ops::check_same_dtype("bmm", in);
         return gemm_new(in[0], in[1], {in[0].shape()[0], in[0].shape()[1], in[1].shape()[2]});
@@ -88,7 +88,7 @@ Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, double beta, 
                            "; it is added to mat1 @ mat2, whose shape is [mat1 rows, mat2 columns]");
   const Shape bias_shape = bias.shape();
   return dispatch::call(
-      "addmm", {bias, a, b},
+      OpId::addmm, {bias, a, b},
       [out_shape, beta, alpha](const std::vector<Tensor>& in) {
         ops::check_same_dtype("addmm", in);
         const DType dt = in[1].dtype();
@@ -122,10 +122,11 @@ Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, double beta, 
 // applies dReLU/dGELU, produces dx and dw, and reduces db.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {
   ops::check_defined("linear", {{"input", &x}, {"weight", &weight}});
-  static constexpr const char* kNames[] = {"linear", "linear_relu", "linear_gelu", "linear_gelu_tanh"};
-  HG_CHECK(static_cast<size_t>(act) < std::size(kNames), "linear: activation {} is not one of None, ReLU, GELU, GELUTanh",
+  static constexpr OpId kOps[] = {OpId::linear, OpId::linear_relu, OpId::linear_gelu, OpId::linear_gelu_tanh};
+  HG_CHECK(static_cast<size_t>(act) < std::size(kOps), "linear: activation {} is not one of None, ReLU, GELU, GELUTanh",
            static_cast<int>(act));
-  const char* name = kNames[static_cast<int>(act)];
+  const OpId id = kOps[static_cast<int>(act)];
+  const std::string_view name = op_name(id);
   HG_CHECK(weight.dim() == 2, "{}: weight must be 2-d [out_features, in_features], got {}", name, weight.describe());
   HG_CHECK(x.dim() >= 1 && x.shape().back() == weight.shape()[1],
            "{}: input {} does not match weight {} (input's last dim must be in_features = {})", name, x.describe(),
@@ -137,7 +138,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activat
   // it: without it CUDA's tanh GELU is the GEMM alone (GELU_BIAS, no aux write).
   const bool gelu_act = kernels::is_gelu(act);
   return dispatch::call(
-      name, {x, weight, bias},
+      id, {x, weight, bias},
       [act, name, gelu_act](const std::vector<Tensor>& in) {
         const bool keep_pre = gelu_act && dispatch::recording();
         ops::check_same_dtype(name, in);
@@ -182,7 +183,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   ops::check_defined("matmul", {{"input", &a}, {"other", &b}});
   HG_CHECK(a.dim() >= 1 && b.dim() >= 1, "matmul: both arguments need at least 1 dim, got {} and {}", a.describe(),
            b.describe());
-  return dispatch::composite("matmul", {a, b}, [](const std::vector<Tensor>& in) -> Tensor {
+  return dispatch::composite(OpId::matmul, {a, b}, [](const std::vector<Tensor>& in) -> Tensor {
     const Tensor &a = in[0], &b = in[1];
     // checked here so the messages name matmul, the op the user called
     ops::check_same_dtype("matmul", in);

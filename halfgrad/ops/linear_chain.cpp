@@ -14,7 +14,7 @@
 namespace halfgrad {
 
 namespace {
-constexpr const char* kOp = "linear_chain";
+constexpr std::string_view kOp = op_name(OpId::linear_chain);
 
 // Shapes and counts, before the dispatcher (autocast does not change them).
 void check_layers(const Tensor& x, const std::vector<Tensor>& weights, const std::vector<Tensor>& biases,
@@ -76,7 +76,7 @@ Tensor linear_chain(const Tensor& x, const std::vector<Tensor>& weights, const s
   // hidden layers' outputs h[1] .. h[layers - 1] (the next GEMMs' inputs),
   // then the backend's per-layer state (kernels::linear_chain's result).
   return dispatch::call(
-      kOp, std::move(inputs),
+      OpId::linear_chain, std::move(inputs),
       [acts = activations](const std::vector<Tensor>& in) {
         check_dtypes(in);
         const bool records = dispatch::recording();  // keep what backward reads only if it can run

@@ -21,13 +21,14 @@ namespace {
 
 // softmax over `dim`: the kernel works on the last dim of a contiguous
 // tensor, so other dims are moved last and back.
-Tensor softmax_impl(std::string_view name, const Tensor& a, int64_t dim, bool log) {
+Tensor softmax_impl(OpId id, const Tensor& a, int64_t dim, bool log) {
+  const std::string_view name = op_name(id);
   ops::check_defined(name, {{"input", &a}});
   HG_CHECK(is_floating(a.dtype()), "{}: input {} must be floating", name, a.describe());
   const int64_t d = ops::wrap_dim(name, dim, a.dim());
   const bool last = a.dim() == 0 || d == a.dim() - 1;
   return dispatch::call(
-      name, {a},
+      id, {a},
       [d, last, log](const std::vector<Tensor>& in) {
         const Tensor x = (last ? in[0] : in[0].transpose(d, -1)).contiguous();
         Tensor y = make_tensor(x.shape(), x.options());
@@ -82,15 +83,15 @@ Tensor target_count(const Tensor& target, int64_t ignore_index, DType dtype) {
 
 }  // namespace
 
-Tensor softmax(const Tensor& a, int64_t dim) { return softmax_impl("softmax", a, dim, false); }
-Tensor log_softmax(const Tensor& a, int64_t dim) { return softmax_impl("log_softmax", a, dim, true); }
+Tensor softmax(const Tensor& a, int64_t dim) { return softmax_impl(OpId::softmax, a, dim, false); }
+Tensor log_softmax(const Tensor& a, int64_t dim) { return softmax_impl(OpId::log_softmax, a, dim, true); }
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction, int64_t ignore_index) {
   ops::check_defined("nll_loss", {{"input", &log_probs}, {"target", &target}});
   check_targets("nll_loss", log_probs, target);
   const int64_t n = log_probs.shape()[0];
   return dispatch::call(
-      "nll_loss", {log_probs, target},
+      OpId::nll_loss, {log_probs, target},
       [=](const std::vector<Tensor>& in) {
         const Tensor lp = in[0].contiguous();
         Tensor per = make_tensor({n}, lp.options());
@@ -116,7 +117,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
   auto logp = std::make_shared<Tensor>();
   auto count = std::make_shared<Tensor>();
   return dispatch::call(
-      "cross_entropy", {logits, target},
+      OpId::cross_entropy, {logits, target},
       [=](const std::vector<Tensor>& in) {
         const Tensor x = in[0].contiguous();
         *logp = make_tensor(x.shape(), x.options());
@@ -154,7 +155,7 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
            input.describe(), target.describe());
   const DType dt = promote_types(input.dtype(), target.dtype());
   return dispatch::call(
-      "mse_loss", {input.to(dt), target.to(dt)},
+      OpId::mse_loss, {input.to(dt), target.to(dt)},
       // Half inputs compute in float32 and round once at the end: the
       // difference, its square and the 2/n factor never round to the half type.
       [reduction](const std::vector<Tensor>& in) {
@@ -217,7 +218,7 @@ Tensor binary_cross_entropy(const Tensor& probs, const Tensor& target, Reduction
   check_probabilities(probs);
   const DType dt = promote_types(probs.dtype(), target.dtype());
   return dispatch::call(
-      "binary_cross_entropy", {probs.to(dt), target.to(dt)},
+      OpId::binary_cross_entropy, {probs.to(dt), target.to(dt)},
       [reduction](const std::vector<Tensor>& in) {
         const Tensor &p = in[0], &t = in[1];
         // -(t log p + (1 - t) log(1 - p)), each log clamped at -100 as in PyTorch
@@ -244,7 +245,7 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
   check_same_shape("binary_cross_entropy_with_logits", logits, target);
   const DType dt = promote_types(logits.dtype(), target.dtype());
   return dispatch::call(
-      "binary_cross_entropy_with_logits", {logits.to(dt), target.to(dt)},
+      OpId::binary_cross_entropy_with_logits, {logits.to(dt), target.to(dt)},
       [reduction](const std::vector<Tensor>& in) {
         const Tensor &x = in[0], &t = in[1];
         // stable form: max(x, 0) - x t + log(1 + exp(-|x|))
@@ -263,7 +264,7 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
 Tensor dropout(const Tensor& a, double p, bool training) {
   HG_CHECK(p >= 0.0 && p <= 1.0, "dropout: probability must be in [0, 1], got {}", p);
   if (!training || p == 0.0) return a;
-  return dispatch::composite("dropout", {a}, [p](const std::vector<Tensor>& in) {
+  return dispatch::composite(OpId::dropout, {a}, [p](const std::vector<Tensor>& in) {
     const Tensor& x = in[0];
     if (p == 1.0) return mul(x, 0.0);
     // keep with probability 1 - p, scale kept values by 1 / (1 - p)

@@ -48,7 +48,8 @@ Tensor expand_grad(const Tensor& g, const Shape& in_shape, const std::vector<int
   return ops::broadcast_to(g.reshape(keepdim_shape(in_shape, dims)), in_shape);
 }
 
-Tensor sum_impl(std::string_view name, ReduceOp op, const Tensor& a0, const Shape& dims_in, bool keepdim) {
+Tensor sum_impl(OpId id, ReduceOp op, const Tensor& a0, const Shape& dims_in, bool keepdim) {
+  const std::string_view name = op_name(id);
   ops::check_defined(name, {{"input", &a0}});
   const bool mean_op = op == ReduceOp::Mean;
   HG_CHECK(!mean_op || is_floating(a0.dtype()),
@@ -61,7 +62,7 @@ Tensor sum_impl(std::string_view name, ReduceOp op, const Tensor& a0, const Shap
   int64_t count = 1;
   for (int64_t d : dims) count *= in_shape[d];
   return dispatch::call(
-      name, {a},
+      id, {a},
       [op, dims, keepdim](const std::vector<Tensor>& in) {
         return reduce_kernel(op, in[0], dims, keepdim, in[0].dtype());
       },
@@ -74,15 +75,15 @@ Tensor sum_impl(std::string_view name, ReduceOp op, const Tensor& a0, const Shap
 
 }  // namespace
 
-Tensor sum(const Tensor& a) { return sum_impl("sum", ReduceOp::Sum, a, {}, false); }
+Tensor sum(const Tensor& a) { return sum_impl(OpId::sum, ReduceOp::Sum, a, {}, false); }
 Tensor sum(const Tensor& a, const Shape& dims, bool keepdim) {
   HG_CHECK(!dims.empty(), "sum: give at least one dim, or call sum(t) to sum every element");
-  return sum_impl("sum", ReduceOp::Sum, a, dims, keepdim);
+  return sum_impl(OpId::sum, ReduceOp::Sum, a, dims, keepdim);
 }
-Tensor mean(const Tensor& a) { return sum_impl("mean", ReduceOp::Mean, a, {}, false); }
+Tensor mean(const Tensor& a) { return sum_impl(OpId::mean, ReduceOp::Mean, a, {}, false); }
 Tensor mean(const Tensor& a, const Shape& dims, bool keepdim) {
   HG_CHECK(!dims.empty(), "mean: give at least one dim, or call mean(t) to average every element");
-  return sum_impl("mean", ReduceOp::Mean, a, dims, keepdim);
+  return sum_impl(OpId::mean, ReduceOp::Mean, a, dims, keepdim);
 }
 
 Tensor argmax(const Tensor& a, int64_t dim, bool keepdim) {
@@ -90,7 +91,7 @@ Tensor argmax(const Tensor& a, int64_t dim, bool keepdim) {
   HG_CHECK(a.dtype() != DType::Bool, "argmax: bool input {} is not supported", a.describe());
   const int64_t d = ops::wrap_dim("argmax", dim, a.dim());
   HG_CHECK(a.dim() == 0 || a.shape()[d] > 0, "argmax: dimension {} of {} is empty", d, a.describe());
-  return dispatch::call_nograd("argmax", {a}, [d, keepdim](const std::vector<Tensor>& in) {
+  return dispatch::call_nograd(OpId::argmax, {a}, [d, keepdim](const std::vector<Tensor>& in) {
     if (in[0].dim() == 0) return zeros({}, TensorOptions(DType::Int64, in[0].device()));
     return reduce_kernel(ReduceOp::ArgMax, in[0], {d}, keepdim, DType::Int64);
   });
@@ -106,7 +107,7 @@ Tensor max(const Tensor& a, int64_t dim, bool keepdim) {
   if (a.dim() == 0) return a;
   const Shape in_shape = a.shape();
   return dispatch::call(
-      "max", {a},
+      OpId::max, {a},
       [d, keepdim](const std::vector<Tensor>& in) { return reduce_kernel(ReduceOp::Max, in[0], {d}, keepdim, in[0].dtype()); },
       [d, in_shape](const Saved& s, const Tensor& g) -> Grads {
         // one-hot at the arg-max along d (ties: the first, as the indices PyTorch returns)
@@ -129,7 +130,7 @@ Tensor max(const Tensor& a) {
   HG_CHECK(a.dtype() != DType::Bool, "max: bool input {} is not supported", a.describe());
   const auto dims = ops::normalize_dims("max", {}, a.dim());
   return dispatch::call(
-      "max", {a},
+      OpId::max, {a},
       [dims](const std::vector<Tensor>& in) { return reduce_kernel(ReduceOp::Max, in[0], dims, false, in[0].dtype()); },
       [](const Saved& s, const Tensor& g) -> Grads {
         // A NaN maximum: the gradient goes to the NaN elements (PyTorch's

@@ -16,7 +16,7 @@ using dispatch::Saved;
 
 namespace {
 // A differentiable view: forward aliases `self` with new geometry.
-Tensor make_view(std::string_view op, const Tensor& self, Shape shape, Shape strides, int64_t offset,
+Tensor make_view(OpId op, const Tensor& self, Shape shape, Shape strides, int64_t offset,
                  dispatch::Backward backward) {
   return dispatch::call(
       op, {self}, [&](const std::vector<Tensor>& in) { return alias_with(in[0], shape, strides, offset); },
@@ -51,7 +51,7 @@ Shape resolve_shape(std::string_view op, const Tensor& self, const Shape& new_sh
 
 Tensor view_contiguous(const Tensor& self, const Shape& shape) {
   const Shape in_shape = self.shape();
-  return make_view("view", self, shape, contiguous_strides(shape), self.offset(),
+  return make_view(OpId::view, self, shape, contiguous_strides(shape), self.offset(),
                    [in_shape](const Saved&, const Tensor& g) -> Grads { return {g.reshape(in_shape)}; });
 }
 }  // namespace
@@ -93,7 +93,7 @@ Tensor Tensor::permute(const Shape& dims) const {
     strides[i] = this->strides()[d];
     inverse[d] = static_cast<int64_t>(i);
   }
-  return make_view("permute", *this, shape, strides, offset(),
+  return make_view(OpId::permute, *this, shape, strides, offset(),
                    [inverse](const Saved&, const Tensor& g) -> Grads { return {g.permute(inverse)}; });
 }
 
@@ -119,7 +119,7 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   Shape shape = this->shape();
   shape[d] = length;
   Shape in_shape = this->shape();
-  return make_view("narrow", *this, shape, strides(), offset() + start * strides()[d],
+  return make_view(OpId::narrow, *this, shape, strides(), offset() + start * strides()[d],
                    [in_shape, d, start, length](const Saved&, const Tensor& g) -> Grads {
                      Tensor full = zeros(in_shape, g.options());
                      kernels::copy(full.narrow(d, start, length), g);
@@ -143,7 +143,7 @@ Tensor Tensor::unsqueeze(int64_t d) const {
   shape.insert(shape.begin() + d, 1);
   strides.insert(strides.begin() + d, st);
   Shape in_shape = this->shape();
-  return make_view("unsqueeze", *this, shape, strides, offset(),
+  return make_view(OpId::unsqueeze, *this, shape, strides, offset(),
                    [in_shape](const Saved&, const Tensor& g) -> Grads { return {g.reshape(in_shape)}; });
 }
 
@@ -155,7 +155,7 @@ Tensor Tensor::squeeze(int64_t d) const {
   shape.erase(shape.begin() + d);
   strides.erase(strides.begin() + d);
   Shape in_shape = this->shape();
-  return make_view("squeeze", *this, shape, strides, offset(),
+  return make_view(OpId::squeeze, *this, shape, strides, offset(),
                    [in_shape](const Saved&, const Tensor& g) -> Grads { return {g.reshape(in_shape)}; });
 }
 
@@ -167,7 +167,7 @@ Tensor Tensor::squeeze() const {
       strides.push_back(this->strides()[i]);
     }
   Shape in_shape = this->shape();
-  return make_view("squeeze", *this, shape, strides, offset(),
+  return make_view(OpId::squeeze, *this, shape, strides, offset(),
                    [in_shape](const Saved&, const Tensor& g) -> Grads { return {g.reshape(in_shape)}; });
 }
 
@@ -192,14 +192,14 @@ Tensor Tensor::expand(const Shape& shape) const {
   (void)shape_numel(target, "expand");  // overflow: an Error naming expand
   Tensor v = ops::broadcast_to(*this, target);
   Shape in_shape = this->shape();
-  return make_view("expand", *this, target, v.strides(), offset(),
+  return make_view(OpId::expand, *this, target, v.strides(), offset(),
                    [in_shape](const Saved&, const Tensor& g) -> Grads { return {sum_to(g, in_shape)}; });
 }
 
 // ---- copies and casts --------------------------------------------------------
 Tensor Tensor::clone() const {
   return dispatch::call(
-      "clone", {*this},
+      OpId::clone, {*this},
       [](const std::vector<Tensor>& in) {
         Tensor out = make_tensor(in[0].shape(), in[0].options());
         kernels::copy(out, in[0]);
@@ -211,7 +211,7 @@ Tensor Tensor::clone() const {
 Tensor Tensor::contiguous() const {
   if (is_contiguous()) return *this;
   return dispatch::call(
-      "contiguous", {*this},
+      OpId::contiguous, {*this},
       [](const std::vector<Tensor>& in) {
         Tensor out = make_tensor(in[0].shape(), in[0].options());
         kernels::copy(out, in[0]);
@@ -227,7 +227,7 @@ Tensor Tensor::to(DType dtype) const {
   if (dtype == this->dtype()) return *this;
   const DType from = this->dtype();
   return dispatch::call(
-      "to", {*this},
+      OpId::to, {*this},
       [dtype](const std::vector<Tensor>& in) {
         Tensor out = make_tensor(in[0].shape(), TensorOptions(dtype, in[0].device()));
         kernels::copy(out, in[0]);
@@ -240,7 +240,7 @@ Tensor Tensor::to(Device device) const {
   if (device == this->device()) return *this;
   const Device from = this->device();
   return dispatch::call(
-      "to_device", {*this},
+      OpId::to_device, {*this},
       [device](const std::vector<Tensor>& in) {
         // checks above run per-op; a cross-device copy is this op's purpose
         Tensor out = make_tensor(in[0].shape(), TensorOptions(in[0].dtype(), device));
@@ -259,14 +259,14 @@ Tensor Tensor::to(Device device, DType dtype) const {
 Tensor& Tensor::zero_() { return fill_(0.0); }
 
 Tensor& Tensor::fill_(double value) {
-  dispatch::inplace("fill", *this, {}, [&] { kernels::fill(*this, value); }, {.self_may_overlap = true});
+  dispatch::inplace(OpId::fill, *this, {}, [&] { kernels::fill(*this, value); }, {.self_may_overlap = true});
   return *this;
 }
 
 Tensor& Tensor::copy_(const Tensor& src) {
   // copy_ is the one in-place op that may cross devices.
   dispatch::inplace(
-      "copy", *this, {src},
+      OpId::copy, *this, {src},
       [&] {
         // the same elements: nothing to do (and memcpy must not overlap), as in PyTorch
         if (src.dtype() == dtype() && ops::overlap(*this, src) == ops::Overlap::Full) return;
@@ -278,7 +278,7 @@ Tensor& Tensor::copy_(const Tensor& src) {
 
 Tensor& Tensor::add_(const Tensor& other, double alpha) {
   Tensor o = other.dtype() == dtype() ? other : other.to(dtype());
-  dispatch::inplace("add", *this, {o}, [&] {
+  dispatch::inplace(OpId::add, *this, {o}, [&] {
     kernels::binary(kernels::BinaryOp::Add, *this, ops::broadcast_to(o, shape()), *this, alpha);
   });
   return *this;
@@ -286,7 +286,7 @@ Tensor& Tensor::add_(const Tensor& other, double alpha) {
 
 Tensor& Tensor::mul_(const Tensor& other) {
   Tensor o = other.dtype() == dtype() ? other : other.to(dtype());
-  dispatch::inplace("mul", *this, {o},
+  dispatch::inplace(OpId::mul, *this, {o},
                     [&] { kernels::binary(kernels::BinaryOp::Mul, *this, ops::broadcast_to(o, shape()), *this); });
   return *this;
 }
@@ -318,7 +318,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
              "cat: the sizes along dimension {} add up to more than int64 can hold", dim);
   }
   return dispatch::call(
-      "cat", tensors,
+      OpId::cat, tensors,
       [dim](const std::vector<Tensor>& in) {
         DType dtype = in[0].dtype();
         for (const auto& t : in) dtype = promote_types(dtype, t.dtype());
@@ -350,7 +350,7 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
   for (const auto& t : tensors)
     HG_CHECK(t.shape() == tensors[0].shape(), "stack: all tensors need the same shape: {} and {}",
              tensors[0].describe(), t.describe());
-  return dispatch::composite("stack", tensors, [dim](const std::vector<Tensor>& in) {
+  return dispatch::composite(OpId::stack, tensors, [dim](const std::vector<Tensor>& in) {
     const int64_t d = ops::wrap_dim("stack", dim, in[0].dim() + 1);
     std::vector<Tensor> parts;
     for (const auto& t : in) parts.push_back(t.unsqueeze(d));
