@@ -484,6 +484,22 @@ inline ChildResult run_in_child(const std::function<void()>& f) {
   return r;
 }
 
+// Each case, run in a child process, must throw a halfgrad::Error (not crash,
+// not return) whose message contains each of `says`.
+struct ErrorCase {
+  const char* what;
+  std::function<void()> f;
+  std::vector<const char*> says;
+};
+inline void expect_errors(const std::vector<ErrorCase>& cases) {
+  for (const auto& c : cases) {
+    const auto r = run_in_child(c.f);
+    INFO(c.what << ": " << r.describe());
+    CHECK(r.threw_error);
+    for (const char* s : c.says) CHECK_THAT(r.message, Catch::Matchers::Contains(s));
+  }
+}
+
 }  // namespace hgtest
 
 // CHECK that out matches the float64 reference within the dtype's tolerance

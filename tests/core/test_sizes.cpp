@@ -17,20 +17,7 @@ namespace {
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
 
-struct Case {
-  const char* what;
-  std::function<void()> f;
-  std::vector<const char*> says;  // the message contains each
-};
-
-void expect_errors(const std::vector<Case>& cases) {
-  for (const auto& c : cases) {
-    const auto r = hgtest::run_in_child(c.f);
-    INFO(c.what << ": " << r.describe());
-    CHECK(r.threw_error);
-    for (const char* s : c.says) CHECK_THAT(r.message, Contains(s));
-  }
-}
+using hgtest::expect_errors;
 }  // namespace
 
 TEST_CASE("a shape whose element or byte count overflows is an Error", "[tensor][sizes]") {

@@ -17,20 +17,7 @@ namespace {
 // 0, 1, ..., n-1 as float32 in the given shape.
 Tensor iota(const Shape& shape) { return arange(0.0, static_cast<double>(hgtest::numel(shape)), 1.0).view(shape); }
 
-struct Case {
-  const char* what;
-  std::function<void()> f;
-  std::vector<const char*> says;  // the message contains each
-};
-
-void expect_errors(const std::vector<Case>& cases) {
-  for (const auto& c : cases) {
-    const auto r = hgtest::run_in_child(c.f);
-    INFO(c.what << ": " << r.describe());
-    CHECK(r.threw_error);
-    for (const char* s : c.says) CHECK_THAT(r.message, Contains(s));
-  }
-}
+using hgtest::expect_errors;
 
 const char* const kInternal = "more than one element of the written-to tensor refers to a single memory location";
 const char* const kPartial = "some elements of the input tensor and the written-to tensor refer to a single memory";
