@@ -3,7 +3,7 @@
 // LibTorch (C++) and PyTorch eager (python3-torch) run the same model and
 // step; every variant runs in its own process, in blocks interleaved with the
 // others so all see the same machine load, and we report median step times
-// and their ratios (DESIGN.md section 7: ratios, not absolute times).
+// and their ratios (docs/performance.md: ratios, not absolute times).
 //
 //   build/benchmarks/cpu_train_step [--steps 40] [--threads 2]
 #include <halfgrad.h>

@@ -4,7 +4,7 @@
 // the practical bandwidth ceiling. Target: add's GB/s >= 80% of the copy's.
 // PyTorch's torch.add and Tensor.copy_ are measured too, for reference.
 //
-// The work, counted first (DESIGN.md section 7): one add reads a and b and
+// The work, counted first (docs/performance.md): one add reads a and b and
 // writes c: 3 x 2^28 x 2 B = 1.61 GB, and 2^28 additions (nothing, next to
 // the bytes); the copy reads and writes 2 x 2^28 x 2 B = 1.07 GB. At the
 // 4.3 TB/s copy rate measured in this workplace on an H200 that is 0.37 ms
@@ -13,7 +13,7 @@
 //
 // Method: inputs filled from random host draws (never zeros), the first
 // result checked bit-exactly at both ends against float32 add + one
-// rounding (DESIGN.md section 3), `--warmup` untimed runs, then `--iters`
+// rounding (docs/numerics.md), `--warmup` untimed runs, then `--iters`
 // runs each between its own pair of CUDA events; medians.
 //
 //   build/benchmarks/gpu_elementwise [--log2n 28] [--iters 20] [--warmup 3]

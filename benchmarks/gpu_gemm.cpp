@@ -3,7 +3,7 @@
 // tensors, against torch.matmul measured in the same run (a child process,
 // after ours). Target: our TFLOP/s >= 0.95x PyTorch's.
 //
-// The work, counted first (DESIGN.md section 7): 2 n^3 = 1.0995 TFLOP per
+// The work, counted first (docs/performance.md): 2 n^3 = 1.0995 TFLOP per
 // product; at least 3 n^2 x 2 B = 403 MB through memory (A and B read once,
 // C written once). Against the H200's ceilings measured in this workplace
 // (about 790 TFLOP/s dense bf16 through PyTorch, 4.3 TB/s copy) that is

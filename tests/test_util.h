@@ -50,7 +50,7 @@ inline const std::vector<DType> kFloatDTypes = {DType::Float32, DType::Float64, 
 inline const std::vector<DType> kAllDTypes = {DType::Float32, DType::Float64, DType::Float16,
                                               DType::BFloat16, DType::Int64,   DType::Bool};
 
-// Tolerance on ||out - ref|| / ||ref|| per output dtype (DESIGN.md section 6).
+// Tolerance on ||out - ref|| / ||ref|| per output dtype (docs/numerics.md, "Tolerances used by the tests").
 inline double tol(DType t) {
   switch (t) {
     case DType::Float64: return 1e-12;

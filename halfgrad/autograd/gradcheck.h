@@ -1,6 +1,6 @@
 #pragma once
 // gradcheck: compare the gradients that backward() computes against central
-// finite differences, in float64 (DESIGN.md section 6: "backward against a
+// finite differences, in float64 (docs/architecture.md, "Tests": "backward against a
 // finite-difference gradient check in float64").
 //
 //   auto fn = [](const std::vector<Tensor>& in) { return mul(in[0], exp(in[1])); };

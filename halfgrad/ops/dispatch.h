@@ -1,5 +1,5 @@
 #pragma once
-// The one path every op takes (DESIGN.md, "One op call"):
+// The one path every op takes (docs/architecture.md, "One op call"):
 //
 //   dispatch::call(OpId::linear, {x, w, b}, forward, backward, Save::Inputs)
 //     1. autocast   amp/: the policy table may cast the floating inputs
