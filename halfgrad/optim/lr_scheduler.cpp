@@ -104,6 +104,7 @@ void LRScheduler::apply(int64_t epoch, bool closed_form) {
     throw;
   }
   for (size_t g = 0; g < lrs.size(); ++g) optimizer_.set_lr(g, lrs[g]);
+  commit_step();
   last_lr_.clear();
   for (size_t g = 0; g < num_groups(); ++g) last_lr_.push_back(optimizer_.lr(g));
 }
@@ -367,6 +368,7 @@ std::vector<double> OneCycleLR::get_lr() const {
            last_epoch_ + 1, total_steps_);
   const double step_num = static_cast<double>(last_epoch_);
   std::vector<double> lrs;
+  next_momentum_.clear();
   for (size_t g = 0; g < num_groups(); ++g) {
     const double lr_of[3] = {base_lrs_[g], max_lrs_[g], min_lrs_[g]};
     double start_step = 0;
@@ -377,7 +379,7 @@ std::vector<double> OneCycleLR::get_lr() const {
         lrs.push_back(anneal(lr_of[p.start_lr], lr_of[p.end_lr], pct));
         if (options_.cycle_momentum) {
           const double m_of[2] = {max_momentums_[g], base_momentums_[g]};
-          *momentum_slot(optimizer(), g) = anneal(m_of[p.start_momentum], m_of[p.end_momentum], pct);
+          next_momentum_.push_back(anneal(m_of[p.start_momentum], m_of[p.end_momentum], pct));
         }
         break;
       }
@@ -385,6 +387,10 @@ std::vector<double> OneCycleLR::get_lr() const {
     }
   }
   return lrs;
+}
+
+void OneCycleLR::commit_step() {
+  for (size_t g = 0; g < next_momentum_.size(); ++g) *momentum_slot(optimizer(), g) = next_momentum_[g];
 }
 
 void OneCycleLR::save_extra(LRSchedulerState& s) const {

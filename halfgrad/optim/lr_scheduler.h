@@ -67,6 +67,9 @@ class LRScheduler {
 
   // The lrs for last_epoch_ (already advanced), chainable form.
   virtual std::vector<double> get_lr() const = 0;
+  // Called once a step's lrs are checked and written (OneCycleLR writes the
+  // momentum get_lr() computed then, so a failed step changes nothing).
+  virtual void commit_step() {}
   // The closed form; schedulers without one (OneCycleLR) use get_lr().
   virtual std::vector<double> closed_form_lr() const { return get_lr(); }
   // Hyperparameters and extra lists for state_dict / load_state_dict.
@@ -199,6 +202,7 @@ class OneCycleLR : public LRScheduler {
   std::vector<double> get_lr() const override;
   void save_extra(LRSchedulerState& state) const override;
   void load_extra(const LRSchedulerState& state) override;
+  void commit_step() override;
 
  private:
   struct Phase {
@@ -212,6 +216,7 @@ class OneCycleLR : public LRScheduler {
   int64_t total_steps_;
   std::vector<Phase> phases_;
   std::vector<double> max_lrs_, min_lrs_, max_momentums_, base_momentums_;
+  mutable std::vector<double> next_momentum_;  // from get_lr(), written by commit_step()
 };
 
 // Runs `schedulers` one after another, switching at each milestone (one

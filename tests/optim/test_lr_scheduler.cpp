@@ -530,4 +530,5 @@ TEST_CASE("OneCycleLR's extra step may extrapolate to a negative lr: an Error, n
   }
   CHECK(s.last_epoch() == 24);
   CHECK(opt->lr(0) == s.get_last_lr()[0]);
+  CHECK(opt->param_groups()[1].options.betas[0] == kMomOneCycleLRThreePhaseLinear.back());  // untouched
 }
