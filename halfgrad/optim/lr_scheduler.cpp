@@ -33,9 +33,8 @@ const std::vector<double>& list(const std::string& where, const LRSchedulerState
   auto it = s.lists.find(key);
   HG_CHECK(it != s.lists.end(), "{}.load_state_dict: missing key \"{}\" (pass a state_dict() of the same scheduler)",
            where, key);
-  HG_CHECK(it->second.size() == size,
-           "{}.load_state_dict: \"{}\" has {} values but the optimizer has {} param groups", where, key,
-           it->second.size(), size);
+  HG_CHECK(it->second.size() == size, "{}.load_state_dict: \"{}\" has {} values but the optimizer has {} param groups",
+           where, key, it->second.size(), size);
   return it->second;
 }
 
@@ -95,7 +94,8 @@ void LRScheduler::apply(int64_t epoch, bool closed_form) {
     // lr, so say here which scheduler made it (OneCycleLR's linear annealing
     // extrapolates below 0 on the extra step PyTorch allows at total_steps).
     for (size_t g = 0; g < lrs.size(); ++g)
-      HG_CHECK(lrs[g] >= 0, "{}.step: epoch {} gives group {} the negative learning rate {}; check the scheduler's "
+      HG_CHECK(lrs[g] >= 0,
+               "{}.step: epoch {} gives group {} the negative learning rate {}; check the scheduler's "
                "arguments (for OneCycleLR: do not step more than total_steps times)",
                name_, epoch, g, lrs[g]);
   } catch (...) {
@@ -125,6 +125,21 @@ void LRScheduler::load_state_dict(const LRSchedulerState& state) {
   const int64_t step_count = whole_number(name_, "_step_count", scalar(name_, state, "_step_count"));
   const auto& base_lrs = list(name_, state, "base_lrs", num_groups());
   const auto& last_lr = list(name_, state, "_last_lr", num_groups());
+  // The hyperparameters come from the constructor (PyTorch would take the
+  // saved ones): a state saved with other ones is an error, not a silent mix.
+  const LRSchedulerState mine = state_dict();
+  for (const auto& [key, value] : mine.scalars) {
+    if (key == "last_epoch" || key == "_step_count") continue;
+    auto it = state.scalars.find(key);
+    HG_CHECK(it == state.scalars.end() || it->second == value,
+             "{}.load_state_dict: the state was saved with {} = {} but this scheduler has {}; construct it with the "
+             "same arguments",
+             name_, key, it->second, value);
+  }
+  if (auto it = state.lists.find("milestones"); it != state.lists.end())
+    HG_CHECK(it->second == mine.lists.at("milestones"),
+             "{}.load_state_dict: the state was saved with other milestones; construct it with the same arguments",
+             name_);
   load_extra(state);
   last_epoch_ = last_epoch;
   step_count_ = step_count;
@@ -137,8 +152,7 @@ void LRScheduler::load_state_dict(const LRSchedulerState& state) {
 StepLR::StepLR(Optimizer& optimizer, int64_t step_size, double gamma)
     : LRScheduler("StepLR", optimizer), step_size_(step_size), gamma_(gamma) {
   HG_CHECK(step_size > 0, "StepLR: step_size should be a positive number of epochs, got {}", step_size);
-  HG_CHECK(gamma > 0 && std::isfinite(gamma), "StepLR: gamma should be a finite number > 0 (e.g. 0.1), got {}",
-           gamma);
+  HG_CHECK(gamma > 0 && std::isfinite(gamma), "StepLR: gamma should be a finite number > 0 (e.g. 0.1), got {}", gamma);
   initial_step();
 }
 
@@ -197,7 +211,8 @@ void MultiStepLR::save_extra(LRSchedulerState& s) const {
 
 // ---- ExponentialLR --------------------------------------------------------
 
-ExponentialLR::ExponentialLR(Optimizer& optimizer, double gamma) : LRScheduler("ExponentialLR", optimizer), gamma_(gamma) {
+ExponentialLR::ExponentialLR(Optimizer& optimizer, double gamma)
+    : LRScheduler("ExponentialLR", optimizer), gamma_(gamma) {
   HG_CHECK(gamma > 0 && std::isfinite(gamma), "ExponentialLR: gamma should be a finite number > 0 (e.g. 0.95), got {}",
            gamma);
   initial_step();
@@ -260,7 +275,10 @@ void CosineAnnealingLR::save_extra(LRSchedulerState& s) const {
 // ---- LinearLR -------------------------------------------------------------
 
 LinearLR::LinearLR(Optimizer& optimizer, double start_factor, double end_factor, int64_t total_iters)
-    : LRScheduler("LinearLR", optimizer), start_factor_(start_factor), end_factor_(end_factor), total_iters_(total_iters) {
+    : LRScheduler("LinearLR", optimizer),
+      start_factor_(start_factor),
+      end_factor_(end_factor),
+      total_iters_(total_iters) {
   // PyTorch allows start_factor 0 but then divides by zero on the second step.
   HG_CHECK(start_factor > 0 && start_factor <= 1, "LinearLR: start_factor should be in (0, 1], got {}", start_factor);
   HG_CHECK(end_factor >= 0 && end_factor <= 1, "LinearLR: end_factor should be in [0, 1], got {}", end_factor);
@@ -288,8 +306,7 @@ std::vector<double> LinearLR::closed_form_lr() const {
   const double done = static_cast<double>(std::min(total_iters_, last_epoch_));
   std::vector<double> lrs;
   for (double base : base_lrs_)
-    lrs.push_back(base *
-                  (start_factor_ + (end_factor_ - start_factor_) * done / static_cast<double>(total_iters_)));
+    lrs.push_back(base * (start_factor_ + (end_factor_ - start_factor_) * done / static_cast<double>(total_iters_)));
   return lrs;
 }
 
@@ -313,8 +330,7 @@ const OneCycleLROptions& checked(const OneCycleLROptions& o) {
   } else {
     HG_CHECK(o.total_steps > 0, "OneCycleLR: expected a positive total_steps, got {}", o.total_steps);
   }
-  HG_CHECK(o.pct_start >= 0 && o.pct_start <= 1, "OneCycleLR: expected pct_start between 0 and 1, got {}",
-           o.pct_start);
+  HG_CHECK(o.pct_start >= 0 && o.pct_start <= 1, "OneCycleLR: expected pct_start between 0 and 1, got {}", o.pct_start);
   HG_CHECK(!o.max_lr.empty(), "OneCycleLR: max_lr is empty; give one value for all groups or one per group");
   HG_CHECK(o.div_factor > 0 && o.final_div_factor > 0,
            "OneCycleLR: div_factor and final_div_factor should be > 0, got {} and {}", o.div_factor,

@@ -49,10 +49,11 @@ class LRScheduler {
   Optimizer& optimizer() const { return optimizer_; }
   const std::string& name() const { return name_; }
 
-  // The counters and lists (plus the hyperparameters, for inspection).
-  // load_state_dict restores the counters and lists; the hyperparameters
-  // come from the constructor. Like PyTorch it does not touch the optimizer's
-  // lr: restore the optimizer (or set_lr from get_last_lr()) as well.
+  // The counters and lists, and the hyperparameters. load_state_dict
+  // restores the counters and lists; the hyperparameters come from the
+  // constructor, and a state saved with other ones is an Error. Like PyTorch
+  // it does not touch the optimizer's lr: restore the optimizer (or set_lr
+  // from get_last_lr()) as well.
   virtual LRSchedulerState state_dict() const;
   virtual void load_state_dict(const LRSchedulerState& state);
 
@@ -184,8 +185,8 @@ struct OneCycleLROptions {
   bool cycle_momentum = true;
   std::vector<double> base_momentum = {0.85};
   std::vector<double> max_momentum = {0.95};
-  double div_factor = 25.0;        // initial_lr = max_lr / div_factor
-  double final_div_factor = 1e4;   // min_lr = initial_lr / final_div_factor
+  double div_factor = 25.0;       // initial_lr = max_lr / div_factor
+  double final_div_factor = 1e4;  // min_lr = initial_lr / final_div_factor
   bool three_phase = false;
 };
 

@@ -222,7 +222,36 @@ const std::vector<std::vector<double>> kRefOneCycleLR = {
     {0.0005588564549088189, 0.00027942822745440944, 1.6765693647264565e-05},
 };
 // group 1's momentum (SGD) or beta1 (Adam) after each step
-const std::vector<double> kMomOneCycleLR = {0.9461939766255643, 0.9353553390593273, 0.9191341716182544, 0.8999999999999999, 0.8808658283817454, 0.8646446609406726, 0.8538060233744357, 0.85, 0.8505584586887436, 0.8522213597106929, 0.854951556604879, 0.8586880612842003, 0.8633474064085087, 0.8688255099070633, 0.875, 0.8817329487816802, 0.8888739533021842, 0.8962634953206787, 0.9037365046793212, 0.9111260466978157, 0.9182670512183198, 0.9249999999999999, 0.9311744900929366, 0.9366525935914912, 0.9413119387157997, 0.945048443395121, 0.947778640289307, 0.9494415413112564, 0.95, 0.9494415413112564};
+const std::vector<double> kMomOneCycleLR = {0.9461939766255643,
+                                            0.9353553390593273,
+                                            0.9191341716182544,
+                                            0.8999999999999999,
+                                            0.8808658283817454,
+                                            0.8646446609406726,
+                                            0.8538060233744357,
+                                            0.85,
+                                            0.8505584586887436,
+                                            0.8522213597106929,
+                                            0.854951556604879,
+                                            0.8586880612842003,
+                                            0.8633474064085087,
+                                            0.8688255099070633,
+                                            0.875,
+                                            0.8817329487816802,
+                                            0.8888739533021842,
+                                            0.8962634953206787,
+                                            0.9037365046793212,
+                                            0.9111260466978157,
+                                            0.9182670512183198,
+                                            0.9249999999999999,
+                                            0.9311744900929366,
+                                            0.9366525935914912,
+                                            0.9413119387157997,
+                                            0.945048443395121,
+                                            0.947778640289307,
+                                            0.9494415413112564,
+                                            0.95,
+                                            0.9494415413112564};
 // OneCycleLRThreePhaseLinear
 const std::vector<std::vector<double>> kRefOneCycleLRThreePhaseLinear = {
     {0.02, 0.02, 0.02},
@@ -252,7 +281,30 @@ const std::vector<std::vector<double>> kRefOneCycleLRThreePhaseLinear = {
     {0.0001999999999999988, 0.0001999999999999988, 0.0001999999999999988},
 };
 // group 1's momentum (SGD) or beta1 (Adam) after each step
-const std::vector<double> kMomOneCycleLRThreePhaseLinear = {0.9309523809523809, 0.9119047619047619, 0.8928571428571428, 0.8738095238095238, 0.8547619047619047, 0.8642857142857142, 0.8833333333333333, 0.9023809523809524, 0.9214285714285714, 0.9404761904761905, 0.95, 0.95, 0.95, 0.95, 0.95, 0.95, 0.95, 0.95, 0.95, 0.95, 0.95, 0.95, 0.95, 0.95};
+const std::vector<double> kMomOneCycleLRThreePhaseLinear = {0.9309523809523809,
+                                                            0.9119047619047619,
+                                                            0.8928571428571428,
+                                                            0.8738095238095238,
+                                                            0.8547619047619047,
+                                                            0.8642857142857142,
+                                                            0.8833333333333333,
+                                                            0.9023809523809524,
+                                                            0.9214285714285714,
+                                                            0.9404761904761905,
+                                                            0.95,
+                                                            0.95,
+                                                            0.95,
+                                                            0.95,
+                                                            0.95,
+                                                            0.95,
+                                                            0.95,
+                                                            0.95,
+                                                            0.95,
+                                                            0.95,
+                                                            0.95,
+                                                            0.95,
+                                                            0.95,
+                                                            0.95};
 // SequentialLR
 const std::vector<std::vector<double>> kRefSequentialLR = {
     {0.010000000000000002, 0.005000000000000001, 0.00030000000000000003},
@@ -415,8 +467,11 @@ TEST_CASE("LR scheduler state_dict round trip continues identically", "[optim][l
     check_round_trip([](optim::Optimizer& o) { return P(new optim::StepLR(o, 7, 0.3)); }, kRefStepLR, 9);
   }
   SECTION("MultiStepLR") {
-    check_round_trip([](optim::Optimizer& o) { return P(new optim::MultiStepLR(o, {3, 10, 11, 25}, 0.5)); },
-                     kRefMultiStepLR, 10);
+    check_round_trip(
+        [](optim::Optimizer& o) {
+          return P(new optim::MultiStepLR(o, {3, 10, 11, 25}, 0.5));
+        },
+        kRefMultiStepLR, 10);
   }
   SECTION("CosineAnnealingLR") {
     check_round_trip([](optim::Optimizer& o) { return P(new optim::CosineAnnealingLR(o, 12, 0.001)); },
@@ -427,7 +482,9 @@ TEST_CASE("LR scheduler state_dict round trip continues identically", "[optim][l
   }
   SECTION("OneCycleLR") {
     check_round_trip(
-        [](optim::Optimizer& o) { return P(new optim::OneCycleLR(o, {.max_lr = {0.1, 0.05, 0.003}, .total_steps = 30})); },
+        [](optim::Optimizer& o) {
+          return P(new optim::OneCycleLR(o, {.max_lr = {0.1, 0.05, 0.003}, .total_steps = 30}));
+        },
         kRefOneCycleLR, 11);
   }
   SECTION("SequentialLR, restored inside its second scheduler") {
@@ -460,19 +517,30 @@ TEST_CASE("LR schedulers reject bad arguments", "[optim][lr_scheduler]") {
       {"StepLR step_size 0", [&] { optim::StepLR s(*sgd(), 0, 0.1); }, {"StepLR", "step_size", "got 0"}},
       {"StepLR gamma 0", [&] { optim::StepLR s(*sgd(), 3, 0.0); }, {"StepLR", "gamma", "> 0"}},
       {"ExponentialLR gamma < 0", [&] { optim::ExponentialLR s(*sgd(), -0.5); }, {"ExponentialLR", "gamma", "-0.5"}},
-      {"MultiStepLR milestones not increasing", [&] { optim::MultiStepLR s(*sgd(), {3, 10, 10}, 0.1); },
+      {"MultiStepLR milestones not increasing",
+       [&] {
+         optim::MultiStepLR s(*sgd(), {3, 10, 10}, 0.1);
+       },
        {"MultiStepLR", "strictly increasing", "10 after 10"}},
-      {"MultiStepLR milestones decreasing", [&] { optim::MultiStepLR s(*sgd(), {5, 2}, 0.1); },
+      {"MultiStepLR milestones decreasing",
+       [&] {
+         optim::MultiStepLR s(*sgd(), {5, 2}, 0.1);
+       },
        {"MultiStepLR", "2 after 5"}},
       {"CosineAnnealingLR T_max 0", [&] { optim::CosineAnnealingLR s(*sgd(), 0); }, {"CosineAnnealingLR", "T_max"}},
       {"LinearLR start_factor 0", [&] { optim::LinearLR s(*sgd(), 0.0); }, {"LinearLR", "start_factor", "(0, 1]"}},
       {"LinearLR end_factor 2", [&] { optim::LinearLR s(*sgd(), 0.5, 2.0); }, {"LinearLR", "end_factor", "2"}},
       {"LinearLR total_iters 0", [&] { optim::LinearLR s(*sgd(), 0.5, 1.0, 0); }, {"LinearLR", "total_iters"}},
-      {"OneCycleLR no total steps", [&] { optim::OneCycleLR s(*sgd(), {.max_lr = {0.1}}); },
+      {"OneCycleLR no total steps",
+       [&] { optim::OneCycleLR s(*sgd(), {.max_lr = {0.1}}); },
        {"OneCycleLR", "total_steps", "steps_per_epoch"}},
-      {"OneCycleLR pct_start 1.5", [&] { optim::OneCycleLR s(*sgd(), {.max_lr = {0.1}, .total_steps = 10, .pct_start = 1.5}); },
+      {"OneCycleLR pct_start 1.5",
+       [&] { optim::OneCycleLR s(*sgd(), {.max_lr = {0.1}, .total_steps = 10, .pct_start = 1.5}); },
        {"OneCycleLR", "pct_start", "1.5"}},
-      {"OneCycleLR max_lr per group", [&] { optim::OneCycleLR s(*sgd(), {.max_lr = {0.1, 0.2}, .total_steps = 10}); },
+      {"OneCycleLR max_lr per group",
+       [&] {
+         optim::OneCycleLR s(*sgd(), {.max_lr = {0.1, 0.2}, .total_steps = 10});
+       },
        {"OneCycleLR", "max_lr", "got 2"}},
       {"OneCycleLR stepping past the end",
        [&] {
@@ -502,6 +570,20 @@ TEST_CASE("LR schedulers reject bad arguments", "[optim][lr_scheduler]") {
          s.load_state_dict({});
        },
        {"StepLR.load_state_dict", "last_epoch"}},
+      {"load_state_dict from other hyperparameters",
+       [&] {
+         auto o = sgd();
+         optim::StepLR a(*o, 2, 0.3), b(*o, 2, 0.5);
+         b.load_state_dict(a.state_dict());
+       },
+       {"StepLR.load_state_dict", "gamma = 0.3", "has 0.5", "same arguments"}},
+      {"load_state_dict from other milestones",
+       [&] {
+         auto o = sgd();
+         optim::MultiStepLR a(*o, {2, 4}), b(*o, {2, 5});
+         b.load_state_dict(a.state_dict());
+       },
+       {"MultiStepLR.load_state_dict", "milestones"}},
   });
 }
 
@@ -518,15 +600,21 @@ TEST_CASE("OneCycleLR past its end leaves the scheduler as it was", "[optim][lr_
 TEST_CASE("OneCycleLR's extra step may extrapolate to a negative lr: an Error, not a bad lr", "[optim][lr_scheduler]") {
   // PyTorch writes -0.0012666666666666694 here (last_epoch == total_steps, linear).
   auto opt = make_optimizer<optim::Adam>();
-  optim::OneCycleLR s(*opt, {.max_lr = {0.2}, .epochs = 5, .steps_per_epoch = 5, .pct_start = 0.25,
-                             .anneal_strategy = optim::AnnealStrategy::Linear, .div_factor = 10.0,
-                             .final_div_factor = 100.0, .three_phase = true});
+  optim::OneCycleLR s(*opt, {.max_lr = {0.2},
+                             .epochs = 5,
+                             .steps_per_epoch = 5,
+                             .pct_start = 0.25,
+                             .anneal_strategy = optim::AnnealStrategy::Linear,
+                             .div_factor = 10.0,
+                             .final_div_factor = 100.0,
+                             .three_phase = true});
   for (int i = 0; i < 24; ++i) s.step();
   try {
     s.step();
     FAIL("no error");
   } catch (const hg::Error& e) {
-    CHECK_THAT(e.what(), Catch::Matchers::Contains("OneCycleLR.step: epoch 25 gives group 0 the negative learning rate"));
+    CHECK_THAT(e.what(),
+               Catch::Matchers::Contains("OneCycleLR.step: epoch 25 gives group 0 the negative learning rate"));
   }
   CHECK(s.last_epoch() == 24);
   CHECK(opt->lr(0) == s.get_last_lr()[0]);
