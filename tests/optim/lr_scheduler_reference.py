@@ -2,7 +2,8 @@
 
 Regenerate (needs torch 1.13; on the dev box /usr/bin/python3 has it):
     /usr/bin/python3 tests/optim/lr_scheduler_reference.py > /tmp/ref.txt
-and paste each block into the matching kRef... array of the test. Each row is
+and paste each block over the matching kRef.../kMom... array of the test (then
+clang-format it as the rest of the tree). Each row is
 scheduler.get_last_lr() after construction (row 0) and after each step(),
 one value per param group (lrs 0.1, 0.05 and 0.003: three groups).
 """
