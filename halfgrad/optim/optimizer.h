@@ -17,6 +17,8 @@
 // hands them to update_fused_device(): one multi-tensor launch per group (and
 // device) that reads the scaler's found_inf and inv_scale on the device, so a
 // step never waits for the GPU (optim/cuda/fused_optim_cuda.h).
+#include <map>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -49,6 +51,15 @@ class Optimizer : public amp::ScaledOptimizer {
   // The learning rate of a group (LR schedulers change it between steps).
   virtual double lr(size_t group) const = 0;
   virtual void set_lr(size_t group, double lr) = 0;
+  // PyTorch's group['initial_lr']: the lr a group's schedule starts from. The
+  // first LR scheduler sets it (to the group's lr then), later ones reuse it,
+  // so a second scheduler on the same optimizer (SequentialLR) starts from
+  // the same base although the first one already changed lr.
+  std::optional<double> initial_lr(size_t group) const {
+    auto it = initial_lrs_.find(group);
+    return it == initial_lrs_.end() ? std::nullopt : std::optional<double>(it->second);
+  }
+  void set_initial_lr(size_t group, double lr) { initial_lrs_[group] = lr; }
 
   // "SGD", "Adam", ...: used in messages.
   const std::string& name() const { return name_; }
@@ -60,6 +71,7 @@ class Optimizer : public amp::ScaledOptimizer {
 
  private:
   std::string name_;
+  std::map<size_t, double> initial_lrs_;  // group -> initial_lr, once a scheduler set it
 };
 
 template <typename Options, typename State>
