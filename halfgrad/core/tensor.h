@@ -46,6 +46,7 @@ class TensorOptions {
   TensorOptions() = default;
   TensorOptions(DType d) : dtype_(d) {}    // NOLINT(implicit)
   TensorOptions(Device d) : device_(d) {}  // NOLINT(implicit)
+  TensorOptions(DeviceType t) : device_(t) {}  // NOLINT(implicit) zeros({2}, kCUDA), as LibTorch
   TensorOptions(DType t, Device d) : dtype_(t), device_(d) {}
   TensorOptions dtype(DType d) const { auto o = *this; o.dtype_ = d; return o; }
   TensorOptions device(Device d) const { auto o = *this; o.device_ = d; return o; }

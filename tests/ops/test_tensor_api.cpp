@@ -110,6 +110,8 @@ TEST_CASE("LibTorch dtype constants, half(), bfloat16(), to(device)", "[tensor_a
   CHECK(values(x.half().to(kFloat)) == values(x));
   CHECK(x.to(kCPU).is_same(x));  // a DeviceType converts to Device, as in LibTorch
   CHECK(Device(kCUDA) == Device::cuda(0));
+  CHECK(zeros({2}, kCPU).device() == Device::cpu());
+  CHECK(ones({2}, TensorOptions(kCPU).dtype(kHalf)).dtype() == kHalf);
   // autograd flows through the casts
   Tensor l = hgtest::leaf({3});
   l.to(kFloat).to(kDouble).sum().backward();
