@@ -7,10 +7,12 @@
 #include <halfgrad/core/error.h>
 #include <halfgrad/core/format.h>
 #include <halfgrad/core/half.h>
+#include <halfgrad/core/indexing.h>
 #include <halfgrad/core/random.h>
 #include <halfgrad/core/tensor.h>
 #include <halfgrad/autograd/grad_mode.h>
 #include <halfgrad/ops/ops.h>
+#include <halfgrad/ops/operators.h>
 #include <halfgrad/amp/autocast.h>
 #include <halfgrad/amp/grad_scaler.h>
 #include <halfgrad/amp/policy.h>

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <ostream>
 
+#include <halfgrad/core/dtype.h>
 #include <halfgrad/core/error.h>
 
 namespace halfgrad {
@@ -25,5 +27,8 @@ Device Device::parse(std::string_view text) {
   }
   fail("Device: cannot parse '{}' (expected 'cpu', 'cuda' or 'cuda:N')", text);
 }
+
+std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str(); }
+std::ostream& operator<<(std::ostream& os, DType t) { return os << dtype_name(t); }
 
 }  // namespace halfgrad

@@ -1,6 +1,7 @@
 #pragma once
 // Device: where a tensor's storage lives ("cpu", "cuda:0", ...).
 #include <cstdint>
+#include <iosfwd>
 #include <string>
 #include <string_view>
 
@@ -11,7 +12,9 @@ enum class DeviceType : uint8_t { CPU, CUDA };
 class Device {
  public:
   Device() = default;
-  Device(DeviceType type, int index) : type_(type), index_(type == DeviceType::CPU ? 0 : index) {}
+  // Implicit from a DeviceType, as LibTorch's Device(kCUDA): index 0.
+  Device(DeviceType type, int index = 0)  // NOLINT(implicit)
+      : type_(type), index_(type == DeviceType::CPU ? 0 : index) {}
   static Device cpu() { return {DeviceType::CPU, 0}; }
   static Device cuda(int index = 0) { return {DeviceType::CUDA, index}; }
   // "cpu", "cuda", "cuda:1"; anything else is an Error.
@@ -30,6 +33,13 @@ class Device {
 };
 
 std::string_view device_type_name(DeviceType t);
+
+// `std::cout << device` prints Device::str() ("cpu", "cuda:0").
+std::ostream& operator<<(std::ostream& os, const Device& d);
+
+// LibTorch's torch::kCPU / torch::kCUDA: `t.to(hg::kCUDA)` is `t.to(hg::Device::cuda())`.
+inline constexpr DeviceType kCPU = DeviceType::CPU;
+inline constexpr DeviceType kCUDA = DeviceType::CUDA;
 
 namespace cuda {
 // True when the CUDA backend is built in and a device can be used. Any

@@ -2,6 +2,7 @@
 // The six dtypes, their sizes and names, and PyTorch's promotion rules.
 #include <cstddef>
 #include <cstdint>
+#include <iosfwd>
 #include <string_view>
 
 #include <halfgrad/core/half.h>
@@ -17,6 +18,21 @@ inline constexpr DType float16 = DType::Float16;
 inline constexpr DType bfloat16 = DType::BFloat16;
 inline constexpr DType int64 = DType::Int64;
 inline constexpr DType boolean = DType::Bool;
+
+// LibTorch's spellings (torch::kFloat, ...), so `t.to(hg::kHalf)` reads as in C++ PyTorch.
+inline constexpr DType kFloat = DType::Float32;
+inline constexpr DType kFloat32 = DType::Float32;
+inline constexpr DType kDouble = DType::Float64;
+inline constexpr DType kFloat64 = DType::Float64;
+inline constexpr DType kHalf = DType::Float16;
+inline constexpr DType kFloat16 = DType::Float16;
+inline constexpr DType kBFloat16 = DType::BFloat16;
+inline constexpr DType kLong = DType::Int64;
+inline constexpr DType kInt64 = DType::Int64;
+inline constexpr DType kBool = DType::Bool;
+
+// `std::cout << dtype` prints dtype_name ("float32"); defined in core/device.cpp.
+std::ostream& operator<<(std::ostream& os, DType t);
 
 constexpr size_t itemsize(DType t) {
   switch (t) {

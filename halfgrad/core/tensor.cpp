@@ -6,12 +6,14 @@
 
 #include <cmath>
 #include <limits>
+#include <ostream>
 
 #include <halfgrad/core/cuda/runtime.h>
 
 namespace halfgrad {
 
 std::string shape_str(const Shape& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+std::ostream& operator<<(std::ostream& os, const Shape& s) { return os << shape_str(s); }
 
 int64_t shape_numel(const Shape& s, std::string_view op) {
   // The product of the non-zero sizes must fit, not just the element count:

@@ -5,6 +5,7 @@
 // methods here are thin forwards to them, as in PyTorch.
 #include <cstdint>
 #include <initializer_list>
+#include <iosfwd>
 #include <memory>
 #include <optional>
 #include <string>
@@ -15,6 +16,7 @@
 #include <halfgrad/core/device.h>
 #include <halfgrad/core/dtype.h>
 #include <halfgrad/core/error.h>
+#include <halfgrad/core/indexing.h>
 
 namespace halfgrad {
 
@@ -25,6 +27,10 @@ struct Node;
 using Shape = std::vector<int64_t>;
 
 std::string shape_str(const Shape& s);  // "[2, 3]"
+// `os << shape` prints shape_str. Shape is a std::vector, so argument-dependent
+// lookup does not find this from outside namespace halfgrad: there, write
+// `using halfgrad::operator<<;` (or print shape_str(s)).
+std::ostream& operator<<(std::ostream& os, const Shape& s);
 // Elements of shape `s`: the one count every tensor's shape passes through
 // (make_tensor and every view). A negative size, or sizes whose product overflows
 // int64, is an Error naming `op`.
@@ -40,6 +46,7 @@ class TensorOptions {
   TensorOptions() = default;
   TensorOptions(DType d) : dtype_(d) {}    // NOLINT(implicit)
   TensorOptions(Device d) : device_(d) {}  // NOLINT(implicit)
+  TensorOptions(DeviceType t) : device_(t) {}  // NOLINT(implicit) zeros({2}, kCUDA), as LibTorch
   TensorOptions(DType t, Device d) : dtype_(t), device_(d) {}
   TensorOptions dtype(DType d) const { auto o = *this; o.dtype_ = d; return o; }
   TensorOptions device(Device d) const { auto o = *this; o.device_ = d; return o; }
@@ -114,6 +121,15 @@ class Tensor {
   // Value of a one-element tensor (synchronises with the device).
   template <typename T>
   T item() const;
+  // item() without a type: the value as a double (LibTorch's item() gives a
+  // Scalar; halfgrad's widest scalar is double). An int64 beyond 2^53 rounds:
+  // use item<int64_t>() for those.
+  double item() const;
+  // Every value, in logical (row-major) order whatever the strides, converted to
+  // T as to(dtype) converts (PyTorch's tolist(), flattened). Copies to the CPU.
+  // T: float, double, int64_t, bool, Half, BFloat16.
+  template <typename T>
+  std::vector<T> to_vector() const;
 
   // --- autograd ---------------------------------------------------------
   bool requires_grad() const;
@@ -141,6 +157,18 @@ class Tensor {
   Tensor squeeze(int64_t dim) const;
   Tensor expand(const Shape& shape) const;
   Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  // LibTorch's slice: elements start, start+step, ... before end of dimension
+  // `dim` (Python's start:end:step, bounds clamped). step 1 is narrow; a larger
+  // step is a strided view (op "slice"). Both are differentiable views.
+  Tensor slice(int64_t dim = 0, std::optional<int64_t> start = std::nullopt, std::optional<int64_t> end = std::nullopt,
+               int64_t step = 1) const;
+  // x[i]: select(0, i), a view (negative i counts from the end). Reading only.
+  Tensor operator[](int64_t index) const;
+  // LibTorch's x.index({Slice(0, 2), None, Ellipsis, -1}) (core/indexing.h):
+  // integers select, slices narrow (or stride), None unsqueezes, Ellipsis
+  // fills. The result is a view of this tensor. Reading only (no index_put_).
+  Tensor index(std::initializer_list<indexing::TensorIndex> indices) const;
+  Tensor index(const std::vector<indexing::TensorIndex>& indices) const;
 
   // --- copies and casts -------------------------------------------------
   Tensor contiguous() const;
@@ -150,6 +178,9 @@ class Tensor {
   Tensor to(Device device, DType dtype) const;
   Tensor cpu() const { return to(Device::cpu()); }
   Tensor cuda(int index = 0) const { return to(Device::cuda(index)); }
+  Tensor half() const { return to(DType::Float16); }
+  Tensor bfloat16() const { return to(DType::BFloat16); }
+  // float() and double() are C++ keywords: to(kFloat), to(kDouble), as in LibTorch.
 
   // --- in-place (bump the version counter; never recorded by autograd) ---
   Tensor& zero_();
@@ -158,6 +189,13 @@ class Tensor {
   Tensor& add_(const Tensor& other, double alpha = 1.0);
   Tensor& mul_(const Tensor& other);
   Tensor& mul_(double value);
+  Tensor& add_(double value);
+  Tensor& sub_(const Tensor& other, double alpha = 1.0);
+  Tensor& sub_(double value);
+  // True division in place: self must be floating (PyTorch: an int64 result of
+  // true division cannot be written back).
+  Tensor& div_(const Tensor& other);
+  Tensor& div_(double value);
 
   // --- math as methods (forwards to ops/) ---------------------------------
   Tensor sum() const;
@@ -171,6 +209,17 @@ class Tensor {
   Tensor sqrt() const;
   Tensor abs() const;
   Tensor relu() const;
+  Tensor neg() const;
+  Tensor sigmoid() const;
+  Tensor tanh() const;
+  Tensor softmax(int64_t dim) const;
+  Tensor log_softmax(int64_t dim) const;
+  Tensor max() const;
+  Tensor max(int64_t dim, bool keepdim = false) const;  // values only (halfgrad's max(dim) has no tuple)
+  Tensor argmax() const;
+  Tensor argmax(int64_t dim, bool keepdim = false) const;
+  Tensor sum(int64_t dim, bool keepdim = false) const { return sum(Shape{dim}, keepdim); }
+  Tensor mean(int64_t dim, bool keepdim = false) const { return mean(Shape{dim}, keepdim); }
 
  private:
   TensorImpl& impl() const {
@@ -182,6 +231,9 @@ class Tensor {
 
 // A new, uninitialised tensor (contiguous).
 Tensor make_tensor(const Shape& shape, TensorOptions options = {});
+
+// `os << t` prints what fmt::format("{}", t) does (core/format.h); defined in ops/print.cpp.
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
 extern template float Tensor::item<float>() const;
 extern template double Tensor::item<double>() const;

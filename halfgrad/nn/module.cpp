@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include <cstdlib>
+#include <ostream>
 #include <typeinfo>
 #include <unordered_set>
 
@@ -296,5 +297,7 @@ std::string Module::repr_indented(int indent) const {
 }
 
 std::string Module::repr() const { return repr_indented(0); }
+
+std::ostream& operator<<(std::ostream& os, const Module& m) { return os << m.repr(); }
 
 }  // namespace halfgrad::nn

@@ -20,6 +20,7 @@
 // models differ in what they take and return.
 #include <concepts>
 #include <functional>
+#include <iosfwd>
 #include <memory>
 #include <optional>
 #include <string>
@@ -139,5 +140,14 @@ class Module {
   std::vector<Child> children_;
   bool training_ = true;
 };
+
+// `std::cout << model` prints repr(), as PyTorch's print(model) (and LibTorch's
+// `std::cout << *model`). A shared_ptr to a module prints the module too.
+std::ostream& operator<<(std::ostream& os, const Module& m);
+template <typename M>
+  requires std::derived_from<M, Module>
+std::ostream& operator<<(std::ostream& os, const std::shared_ptr<M>& m) {
+  return os << static_cast<const Module&>(*m);
+}
 
 }  // namespace halfgrad::nn

@@ -27,9 +27,9 @@
   X(softmax) X(log_softmax) X(nll_loss) X(cross_entropy) X(mse_loss) X(binary_cross_entropy)               \
   X(binary_cross_entropy_with_logits) X(dropout)                                                            \
   /* views, copies, joins */                                                                                \
-  X(view) X(permute) X(narrow) X(unsqueeze) X(squeeze) X(expand) X(clone) X(contiguous) X(to) X(to_device)  \
-  X(cat) X(stack)                                                                                           \
-  /* in place only (add_ and mul_ use add and mul) */                                                       \
+  X(view) X(permute) X(narrow) X(slice) X(unsqueeze) X(squeeze) X(expand) X(clone) X(contiguous) X(to)      \
+  X(to_device) X(cat) X(stack)                                                                              \
+  /* in place only (add_, sub_, mul_, div_ use add, sub, mul, div) */                                       \
   X(fill) X(copy)
 // clang-format on
 

@@ -131,28 +131,7 @@ Tensor dropout(const Tensor& a, double p, bool training);
 Tensor cat(const std::vector<Tensor>& tensors, int64_t dim = 0);
 Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
 
-// ---- operators ---------------------------------------------------------------------
-inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
-inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
-inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
-inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
-inline Tensor operator+(const Tensor& a, double b) { return add(a, b); }
-inline Tensor operator-(const Tensor& a, double b) { return sub(a, b); }
-inline Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
-inline Tensor operator/(const Tensor& a, double b) { return div(a, b); }
-inline Tensor operator+(double a, const Tensor& b) { return add(b, a); }
-inline Tensor operator-(double a, const Tensor& b) { return add(neg(b), a); }
-inline Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
-// An integer b divides as float32 (true division, as PyTorch's 1.0 / t).
-inline Tensor operator/(double a, const Tensor& b) {
-  return mul(pow(is_floating(b.dtype()) ? b : b.to(DType::Float32), -1.0), a);
-}
-inline Tensor operator-(const Tensor& a) { return neg(a); }
-inline Tensor operator<(const Tensor& a, const Tensor& b) { return lt(a, b); }
-inline Tensor operator<=(const Tensor& a, const Tensor& b) { return le(a, b); }
-inline Tensor operator>(const Tensor& a, const Tensor& b) { return gt(a, b); }
-inline Tensor operator>=(const Tensor& a, const Tensor& b) { return ge(a, b); }
-inline Tensor operator<(const Tensor& a, double b) { return lt(a, b); }
-inline Tensor operator>(const Tensor& a, double b) { return gt(a, b); }
-
 }  // namespace halfgrad
+
+// The operators (+ - * / == < += ...) on tensors.
+#include <halfgrad/ops/operators.h>

@@ -3,6 +3,7 @@
 #include <halfgrad/autograd/node.h>
 
 #include <cmath>
+#include <ostream>
 
 namespace halfgrad {
 
@@ -62,5 +63,7 @@ std::string to_string(const Tensor& t) {
   p.out += ")";
   return p.out;
 }
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << to_string(t); }
 
 }  // namespace halfgrad

@@ -127,6 +127,43 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
                    });
 }
 
+// Python's start:end:step on dimension d. step 1 is narrow; a larger step is
+// its own view op (the strides of d multiplied by step), whose backward
+// scatters the gradient into a zero tensor through the same strided alias.
+Tensor Tensor::slice(int64_t d, std::optional<int64_t> start_opt, std::optional<int64_t> end_opt,
+                     int64_t step) const {
+  HG_CHECK(dim() > 0, "slice: cannot slice a 0-d tensor ({})", describe());
+  d = ops::wrap_dim("slice", d, dim());
+  HG_CHECK(step > 0, "slice: step must be positive, got {} for dimension {} of {} (PyTorch has no negative steps; "
+           "use flip when it exists)", step, d, describe());
+  const int64_t n = shape()[d];
+  // Python's clamping: a negative bound counts from the end, then both clamp to [0, n]
+  auto clamp_bound = [n](std::optional<int64_t> b, int64_t dflt) {
+    if (!b) return dflt;
+    int64_t v = *b;
+    if (v < 0) v = v < -n ? 0 : v + n;
+    return v > n ? n : v;
+  };
+  const int64_t start = clamp_bound(start_opt, 0), end = clamp_bound(end_opt, n);
+  const int64_t length = end > start ? (end - start - 1) / step + 1 : 0;
+  if (step == 1) return narrow(d, start, length);
+  Shape shape = this->shape(), strides = this->strides();
+  shape[d] = length;
+  strides[d] *= step;
+  const int64_t off = offset() + (length > 0 ? start * this->strides()[d] : 0);
+  Shape in_shape = this->shape();
+  return make_view(OpId::slice, *this, shape, strides, off,
+                   [in_shape, d, start, length, step](const Saved&, const Tensor& g) -> Grads {
+                     Tensor full = zeros(in_shape, g.options());
+                     Shape st = full.strides();
+                     Shape sh = in_shape;
+                     sh[d] = length;
+                     st[d] *= step;
+                     kernels::copy(alias_with(full, sh, st, length > 0 ? start * full.strides()[d] : 0), g);
+                     return {full};
+                   });
+}
+
 Tensor Tensor::select(int64_t d, int64_t index) const {
   HG_CHECK(dim() > 0, "select: cannot index a 0-d tensor ({}); use item() to read its value", describe());
   d = ops::wrap_dim("select", d, dim());
@@ -292,6 +329,36 @@ Tensor& Tensor::mul_(const Tensor& other) {
 }
 
 Tensor& Tensor::mul_(double value) { return mul_(ops::scalar_tensor(value, dtype(), device())); }
+Tensor& Tensor::add_(double value) { return add_(ops::scalar_tensor(value, dtype(), device())); }
+
+Tensor& Tensor::sub_(const Tensor& other, double alpha) {
+  Tensor o = other.dtype() == dtype() ? other : other.to(dtype());
+  dispatch::inplace(OpId::sub, *this, {o}, [&] {
+    kernels::binary(kernels::BinaryOp::Sub, *this, ops::broadcast_to(o, shape()), *this, alpha);
+  });
+  return *this;
+}
+
+Tensor& Tensor::sub_(double value) { return sub_(ops::scalar_tensor(value, dtype(), device())); }
+
+Tensor& Tensor::div_(const Tensor& other) {
+  HG_CHECK(is_floating(dtype()),
+           "div_: true division of {} gives float32, which cannot be written back into an {} tensor; use div (a "
+           "new tensor) or convert first with to(kFloat)",
+           describe(), dtype_name(dtype()));
+  Tensor o = other.dtype() == dtype() ? other : other.to(dtype());
+  dispatch::inplace(OpId::div, *this, {o},
+                    [&] { kernels::binary(kernels::BinaryOp::Div, *this, ops::broadcast_to(o, shape()), *this); });
+  return *this;
+}
+
+Tensor& Tensor::div_(double value) {
+  HG_CHECK(is_floating(dtype()),
+           "div_: true division of {} gives float32, which cannot be written back into an {} tensor; use div (a "
+           "new tensor) or convert first with to(kFloat)",
+           describe(), dtype_name(dtype()));
+  return div_(ops::scalar_tensor(value, dtype(), device()));
+}
 
 // ---- joins ---------------------------------------------------------------------
 // cat promotes inside its forward, after the autocast step (which, under

@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <sstream>
 
 #include <halfgrad.h>
 
@@ -201,4 +202,19 @@ TEST_CASE("Linear with zero in or out features, and an empty batch, as PyTorch",
   hg::sum(l(x)).backward();
   CHECK(hgtest::values(l.weight.grad()) == std::vector<double>(6, 0.0));
   CHECK(x.grad().shape() == hg::Shape{0, 3});
+}
+
+TEST_CASE("std::cout << model prints the module repr", "[nn][print]") {
+  hg::nn::Sequential seq;
+  seq.emplace_back<hg::nn::Linear>(3, 4);
+  seq.emplace_back<hg::nn::ReLU>();
+  std::ostringstream os;
+  os << seq;
+  CHECK(os.str() == seq.repr());
+  // a module held by shared_ptr prints the module, not the pointer (LibTorch's `std::cout << *model`)
+  auto lin = std::make_shared<hg::nn::Linear>(2, 5, false);
+  std::ostringstream os2;
+  os2 << lin << "|" << *lin;
+  CHECK(os2.str() == lin->repr() + "|" + lin->repr());
+  CHECK(lin->repr() == "Linear(in_features=2, out_features=5, bias=False)");
 }
