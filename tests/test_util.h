@@ -16,6 +16,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <numeric>
 #include <vector>
 
 #include <fcntl.h>
@@ -156,6 +157,15 @@ inline Tensor make(const std::vector<double>& v, const Shape& shape, DType dt) {
   for (size_t i = 0; i < v.size(); ++i) write_raw(t, static_cast<int64_t>(i), v[i]);
   return t;
 }
+
+// 0, 1, ..., n-1 in the given shape and dtype.
+inline Tensor iota(const Shape& shape, DType dt = DType::Float32) {
+  std::vector<double> v(static_cast<size_t>(numel(shape)));
+  std::iota(v.begin(), v.end(), 0.0);
+  return make(v, shape, dt);
+}
+// Two tensors that are views of one storage.
+inline bool same_storage(const Tensor& a, const Tensor& b) { return a.storage().get() == b.storage().get(); }
 
 // Uniform values in [lo, hi) rounded to dtype; int64: integers in [lo, hi].
 // Regenerated until not all zeros.

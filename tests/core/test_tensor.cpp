@@ -14,13 +14,8 @@ using Catch::Matchers::Contains;
 using hgtest::values;
 
 namespace {
-// 0, 1, ..., n-1 as float32 in the given shape.
-Tensor iota(const Shape& shape, DType dt = float32) {
-  std::vector<double> v(static_cast<size_t>(hgtest::numel(shape)));
-  std::iota(v.begin(), v.end(), 0.0);
-  return hgtest::make(v, shape, dt);
-}
-bool same_storage(const Tensor& a, const Tensor& b) { return a.storage().get() == b.storage().get(); }
+using hgtest::iota;
+using hgtest::same_storage;
 }  // namespace
 
 TEST_CASE("views share storage and have the right shapes and strides", "[tensor][view]") {

@@ -17,12 +17,8 @@ using Catch::Matchers::Contains;
 using hgtest::values;
 
 namespace {
-Tensor iota(const Shape& shape, DType dt = float32) {
-  std::vector<double> v(static_cast<size_t>(hgtest::numel(shape)));
-  std::iota(v.begin(), v.end(), 0.0);
-  return hgtest::make(v, shape, dt);
-}
-bool same_storage(const Tensor& a, const Tensor& b) { return a.storage().get() == b.storage().get(); }
+using hgtest::iota;
+using hgtest::same_storage;
 template <typename F>
 std::vector<double> map(const std::vector<double>& v, F f) {
   std::vector<double> out;
