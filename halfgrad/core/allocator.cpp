@@ -22,7 +22,14 @@ void* allocate_bytes(size_t nbytes, Device device) {
 
 Storage::Storage(size_t n, Device d) : data(allocate_bytes(n, d)), nbytes(n), device(d) {}
 
+Storage::Storage(void* p, size_t n, Device d, std::function<void(void*)> deleter)
+    : data(p), nbytes(n), device(d), borrowed_(true), deleter_(std::move(deleter)) {}
+
 Storage::~Storage() {
+  if (borrowed_) {
+    if (deleter_) deleter_(data);
+    return;
+  }
   if (!data) return;
   if (device.is_cuda()) {
     if (streams_.empty()) cuda::release(data, device.index());

@@ -3,6 +3,7 @@
 // CUDA memory comes from the stream-ordered pool (cudaMallocAsync), so a
 // training step never calls cudaMalloc.
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -26,6 +27,9 @@ struct Storage {
   uint64_t version = 0;
 
   Storage(size_t nbytes, Device device);
+  // Memory the caller owns (from_blob): never freed here; `deleter`, when
+  // given, is called with `data` when the last handle dies.
+  Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> deleter);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -38,6 +42,8 @@ struct Storage {
  private:
   std::mutex streams_mutex_;
   std::vector<void*> streams_;  // recorded streams, each once
+  bool borrowed_ = false;       // from_blob memory: not ours to free
+  std::function<void(void*)> deleter_;
 };
 
 std::shared_ptr<Storage> allocate_storage(size_t nbytes, Device device);

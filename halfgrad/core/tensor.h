@@ -64,6 +64,12 @@ class TensorOptions {
   bool requires_grad_ = false;
 };
 
+// LibTorch's free spellings, so `randn({2, 3}, dtype(kBFloat16).device(kCUDA))`
+// reads as `torch::randn({2, 3}, torch::dtype(torch::kBFloat16).device(torch::kCUDA))`.
+inline TensorOptions dtype(DType d) { return TensorOptions(d); }
+inline TensorOptions device(Device d) { return TensorOptions(d); }
+inline TensorOptions requires_grad(bool r = true) { return TensorOptions().requires_grad(r); }
+
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
   Shape shape;

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 
 #include <halfgrad/ops/kernels.h>
 #include <halfgrad/ops/ops.h>
@@ -140,6 +141,71 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions o) {
 Tensor tensor(const std::vector<float>& v, const Shape& s, TensorOptions o) { return from_values(v, s, o); }
 Tensor tensor(const std::vector<double>& v, const Shape& s, TensorOptions o) { return from_values(v, s, o); }
 Tensor tensor(const std::vector<int64_t>& v, const Shape& s, TensorOptions o) { return from_values(v, s, o); }
+
+Tensor tensor(const std::vector<Half>& v, const Shape& s, TensorOptions o) { return from_values(v, s, o); }
+Tensor tensor(const std::vector<BFloat16>& v, const Shape& s, TensorOptions o) { return from_values(v, s, o); }
+Tensor tensor(const std::vector<bool>& v, const Shape& s, TensorOptions o) {
+  // std::vector<bool> packs bits and has no data(): go through a plain bool array.
+  std::unique_ptr<bool[]> host(new bool[v.size()]);
+  std::copy(v.begin(), v.end(), host.get());
+  Tensor view = from_blob(host.get(), {static_cast<int64_t>(v.size())}, TensorOptions(DType::Bool));
+  Shape shape = s.empty() ? Shape{static_cast<int64_t>(v.size())} : s;
+  HG_CHECK(shape_numel(shape) == static_cast<int64_t>(v.size()), "tensor: {} values do not fill shape {}", v.size(),
+           shape_str(shape));
+  Tensor out = make_tensor(shape, plain(o));
+  kernels::copy(out, view.reshape(shape));
+  return finish(out, o);
+}
+Tensor tensor(std::initializer_list<double> v, const Shape& s, TensorOptions o) {
+  return from_values(std::vector<double>(v), s, o);
+}
+Tensor tensor(std::initializer_list<int> v, const Shape& s, TensorOptions o) {
+  return from_values(std::vector<int64_t>(v.begin(), v.end()), s, o);
+}
+Tensor tensor(std::initializer_list<bool> v, const Shape& s, TensorOptions o) { return tensor(std::vector<bool>(v), s, o); }
+
+namespace {
+Tensor wrap_blob(void* data, const Shape& shape, const Shape& strides, std::function<void(void*)> deleter,
+                 const TensorOptions& o) {
+  const DType dt = o.dtype();
+  HG_CHECK(data != nullptr || shape_numel(shape, "from_blob") == 0,
+           "from_blob: data is null for a {} tensor of shape {}; pass the address of its first element",
+           dtype_name(dt), shape_str(shape));
+  HG_CHECK(reinterpret_cast<uintptr_t>(data) % itemsize(dt) == 0,
+           "from_blob: data {} is not aligned for {} ({} bytes); copy it into aligned memory first", data,
+           dtype_name(dt), itemsize(dt));
+  HG_CHECK(!o.requires_grad(),
+           "from_blob: requires_grad in the options is not supported (as in LibTorch); call .requires_grad_() on "
+           "the result");
+  HG_CHECK(strides.size() == shape.size(), "from_blob: shape {} and strides {} differ in rank", shape_str(shape),
+           shape_str(strides));
+  // The elements reached: the storage spans from the lowest to the highest one.
+  int64_t span = shape_numel(shape, "from_blob") > 0 ? 1 : 0;
+  for (size_t i = 0; i < shape.size() && span > 0; ++i) {
+    HG_CHECK(strides[i] >= 0, "from_blob: negative stride {} in strides {} is not supported", strides[i],
+             shape_str(strides));
+    span += (shape[i] - 1) * strides[i];
+  }
+  const int64_t nbytes = shape_nbytes({span}, dt, "from_blob");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->shape = shape;
+  impl->strides = strides;
+  impl->dtype = dt;
+  impl->device = o.device();
+  impl->storage = std::make_shared<Storage>(data, static_cast<size_t>(nbytes), o.device(), std::move(deleter));
+  return Tensor(std::move(impl));
+}
+}  // namespace
+
+Tensor from_blob(void* data, const Shape& shape, TensorOptions o) {
+  return wrap_blob(data, shape, contiguous_strides(shape), nullptr, o);
+}
+Tensor from_blob(void* data, const Shape& shape, const Shape& strides, TensorOptions o) {
+  return wrap_blob(data, shape, strides, nullptr, o);
+}
+Tensor from_blob(void* data, const Shape& shape, std::function<void(void*)> deleter, TensorOptions o) {
+  return wrap_blob(data, shape, contiguous_strides(shape), std::move(deleter), o);
+}
 
 Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.options()); }
 Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.options()); }

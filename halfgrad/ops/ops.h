@@ -1,6 +1,8 @@
 #pragma once
 // The public functional API (PyTorch's torch.* / torch.nn.functional.*).
 // Every function here goes through dispatch::call (ops/dispatch.h).
+#include <functional>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -28,6 +30,28 @@ Tensor tensor(const std::vector<double>& values, const Shape& shape = {},
               TensorOptions options = TensorOptions(DType::Float64));
 Tensor tensor(const std::vector<int64_t>& values, const Shape& shape = {},
               TensorOptions options = TensorOptions(DType::Int64));
+// float16/bfloat16 host values (their bits are kept exactly).
+Tensor tensor(const std::vector<Half>& values, const Shape& shape = {},
+              TensorOptions options = TensorOptions(DType::Float16));
+Tensor tensor(const std::vector<BFloat16>& values, const Shape& shape = {},
+              TensorOptions options = TensorOptions(DType::BFloat16));
+Tensor tensor(const std::vector<bool>& values, const Shape& shape = {}, TensorOptions options = TensorOptions(DType::Bool));
+// Braced lists, as LibTorch's torch::tensor({1.5, 2.5}): floating literals give
+// float32 (the default dtype), integer literals int64, true/false bool.
+Tensor tensor(std::initializer_list<double> values, const Shape& shape = {}, TensorOptions options = {});
+Tensor tensor(std::initializer_list<int> values, const Shape& shape = {},
+              TensorOptions options = TensorOptions(DType::Int64));
+Tensor tensor(std::initializer_list<bool> values, const Shape& shape = {},
+              TensorOptions options = TensorOptions(DType::Bool));
+// A tensor over memory the caller owns, as LibTorch's torch::from_blob: no copy;
+// `data` holds options.dtype() elements (float16/bfloat16 bits included) on
+// options.device(), laid out by `strides` (contiguous when omitted), and must
+// outlive the tensor and every view of it. `deleter`, when given, is called
+// with `data` when the last of them dies. requires_grad in the options is an
+// Error (as in LibTorch, make the leaf with .requires_grad_()).
+Tensor from_blob(void* data, const Shape& shape, TensorOptions options = {});
+Tensor from_blob(void* data, const Shape& shape, const Shape& strides, TensorOptions options = {});
+Tensor from_blob(void* data, const Shape& shape, std::function<void(void*)> deleter, TensorOptions options = {});
 Tensor empty_like(const Tensor& t);
 Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
