@@ -13,6 +13,26 @@
 
 namespace halfgrad::nn {
 
+Module::Module(Module&& other)
+    : params_((other.check_movable(), std::move(other.params_))),
+      buffers_(std::move(other.buffers_)),
+      children_(std::move(other.children_)),
+      training_(other.training_) {
+  other.params_.clear();
+  other.buffers_.clear();
+  other.children_.clear();
+}
+
+// A member child lives inside the module being moved: the moved-to module would
+// point into the old object. Checked before any member moves.
+void Module::check_movable() const {
+  for (const Child& c : children_)
+    HG_CHECK(c.owned != nullptr,
+             "{}: cannot move a module whose sub-module '{}' is a member (registered with register_module(name, "
+             "member)); construct it in place (std::make_shared, Sequential::emplace_back) instead of moving it",
+             type_name(), c.name);
+}
+
 namespace {
 
 std::string join_key(const std::string& prefix, const std::string& name) {

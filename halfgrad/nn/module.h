@@ -12,8 +12,11 @@
 //     hg::nn::Linear linear1{10, 100};
 //     MLP() { register_module("linear1", linear1); }
 //   };
-// so modules can be neither copied nor moved. A child can also be owned by
-// its parent through a shared_ptr (Sequential does this).
+// so modules cannot be copied, and a module with member sub-modules cannot be
+// moved (an Error: its children would point into the old object). A leaf layer
+// can be moved, its registered tensors with it, so that
+// `Sequential(Linear(5, 16), ReLU())` can take temporaries. A child can also be
+// owned by its parent through a shared_ptr (Sequential does this).
 //
 // Layers have a plain member `Tensor forward(const Tensor&)` and an
 // operator() that calls it; Module itself has no virtual forward because
@@ -46,6 +49,9 @@ class Module {
   virtual ~Module() = default;
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
+  // Moves the registered tensors and owned children; an Error (before anything
+  // moves) when a child is a member of the module being moved.
+  Module(Module&& other);
 
   // ---- registration: names are unique per module, non-empty, without '.' --
   // `param` becomes a leaf that requires grad (when floating and
@@ -128,6 +134,7 @@ class Module {
     std::shared_ptr<Module> owned;  // null for a member
   };
   void check_new_name(const char* what, const std::string& name) const;
+  void check_movable() const;  // an Error when a child is a member
   void add_child(const std::string& name, Module* child, std::shared_ptr<Module> owned);
   std::vector<std::pair<std::string, Tensor>> named_tensors(bool recurse, bool buffers) const;
   void convert(std::optional<Device> device, std::optional<DType> dtype);

@@ -3,14 +3,14 @@
 // input. Children are named "0", "1", ... as in PyTorch, so state_dict keys
 // ("0.weight") match a PyTorch nn.Sequential's.
 //
-//   hg::nn::Sequential model(std::make_shared<hg::nn::Linear>(10, 100),
-//                            std::make_shared<hg::nn::ReLU>(),
-//                            std::make_shared<hg::nn::Linear>(100, 10));
+//   hg::nn::Sequential model(hg::nn::Linear(10, 100), hg::nn::ReLU(), hg::nn::Linear(100, 10));
+//   (or std::make_shared<hg::nn::Linear>(10, 100), ...: shared_ptrs are shared, not copied)
 //   model.emplace_back<hg::nn::Dropout>(0.1);   // or add one by one
 #include <concepts>
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -24,13 +24,26 @@ concept TensorModule = std::derived_from<M, Module> && requires(M& m, const Tens
   { m.forward(x) } -> std::convertible_to<Tensor>;
 };
 
+namespace detail {
+template <typename T>
+struct is_module_ptr : std::false_type {};
+template <TensorModule M>
+struct is_module_ptr<std::shared_ptr<M>> : std::true_type {};
+}  // namespace detail
+
+// What the constructor takes: a layer by value (a temporary, moved in and
+// owned), a shared_ptr to one (owned), or a layer lvalue (held by reference).
+template <typename A>
+concept SequentialItem = TensorModule<std::remove_cvref_t<A>> || detail::is_module_ptr<std::remove_cvref_t<A>>::value;
+
 class Sequential : public Module {
  public:
   Sequential() = default;
-  template <TensorModule... M>
+  // Sequential(Linear(5, 16), ReLU(), Linear(16, 3)), as PyTorch's and LibTorch's.
+  template <SequentialItem... M>
     requires(sizeof...(M) > 0)
-  explicit Sequential(std::shared_ptr<M>... modules) {
-    (push_back(std::move(modules)), ...);
+  explicit Sequential(M&&... modules) {
+    (push_back(std::forward<M>(modules)), ...);
   }
 
   // Appends an owned module.
@@ -40,6 +53,12 @@ class Sequential : public Module {
     M* m = module.get();
     append(m, [m](const Tensor& x) { return Tensor(m->forward(x)); }, std::move(module));
     return *this;
+  }
+  // Appends a temporary layer, moved into an owned one (leaf layers move; see nn/module.h).
+  template <TensorModule M>
+    requires(!std::is_reference_v<M>)
+  Sequential& push_back(M&& module) {
+    return push_back(std::make_shared<M>(std::move(module)));
   }
   // Appends a module owned elsewhere (a member of the caller): it must outlive this one.
   template <TensorModule M>
