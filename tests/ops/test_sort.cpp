@@ -318,6 +318,13 @@ TEST_CASE("cumsum matches a float64 reference in every dtype, dim and layout", "
   CHECK(hg::cumsum(s, -1).item() == 4.5);
   CHECK(hg::cumsum(hg::zeros({3, 0}), 1).shape() == Shape{3, 0});
   CHECK(hg::cumsum(hg::zeros({0, 3}), 1).shape() == Shape{0, 3});
+  // CPU autocast has no cumsum row: the dtype is kept
+  {
+    const Tensor h = hgtest::uniform({3, 4}, DType::BFloat16);
+    hg::amp::autocast region(hg::DeviceType::CPU);
+    CHECK(hg::cumsum(h, 1).dtype() == DType::BFloat16);
+    CHECK(hg::cumsum(h.to(DType::Float32), 1).dtype() == DType::Float32);
+  }
   // NaN propagates from its position on
   HG_CHECK_EXACT(hg::cumsum(hgtest::make({1, kNaN, 2}, {3}, DType::Float32), 0), (std::vector<double>{1, kNaN, kNaN}));
 }
@@ -503,6 +510,16 @@ TEST_CASE("CUDA cumsum matches the CPU, forward and backward", "[cuda][ops][cums
   // the float16 running sum accumulates in float32 (exactly as the CPU here)
   const Tensor ones = hg::ones({5000}, DType::Float16);
   CHECK(hgtest::same_bits(hg::cumsum(ones.to(kCuda), 0), hg::cumsum(ones, 0)));
+  // autocast: float32 (PyTorch's CUDA fp32 list) unless a dtype is given
+  {
+    const Tensor h = hgtest::uniform({3, 40}, DType::Float16).to(kCuda);
+    hg::amp::autocast region(hg::DeviceType::CUDA);
+    const Tensor c32 = hg::cumsum(h, 1);
+    CHECK(c32.dtype() == DType::Float32);
+    HG_CHECK_CLOSE_TOL(c32.cpu(), values(hg::cumsum(h.cpu().to(DType::Float32), 1)), 1e-6);
+    CHECK(hg::cumsum(h, 1, DType::Float16).dtype() == DType::Float16);
+    CHECK(hg::cumsum(h, 1, DType::Float64).dtype() == DType::Float64);
+  }
   // backward
   const Tensor base = hgtest::uniform({6, 900}, DType::Float32);
   auto grad_of = [&](hg::Device dev, int64_t dim) {
