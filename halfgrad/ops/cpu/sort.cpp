@@ -122,19 +122,20 @@ void cumsum(const Tensor& in, const Tensor& out, bool reverse) {
 
 // Fisher-Yates (Durstenfeld) from the last element down: step i swaps element i
 // with one drawn uniformly from [0, i], the draw coming from Philox counter
-// offset + i of n counters reserved at once. Sequential (each swap depends on
-// the previous ones); 64 random bits modulo i + 1, a bias below 2^-32 for
-// n < 2^32.
+// offset + i of n counters reserved at once. The draws do not depend on the
+// swaps, so they are made first, in parallel; the swaps are sequential. 64
+// random bits modulo i + 1: a bias below 2^-32 for n < 2^32.
 void randperm(const Tensor& out) {
   const int64_t n = out.numel();
   auto* p = static_cast<int64_t*>(out.data_ptr());
   std::iota(p, p + n, int64_t{0});
   if (n < 2) return;
   const rng::PhiloxState s = rng::cpu_reserve(static_cast<uint64_t>(n));
-  for (int64_t i = n - 1; i > 0; --i) {
-    const int64_t j = philox::randint(philox::draw(s.seed, s.offset, static_cast<uint64_t>(i)), 0, i + 1);
-    std::swap(p[i], p[j]);
-  }
+  std::vector<int64_t> j(static_cast<size_t>(n));
+#pragma omp parallel for schedule(static) if (n >= 2 * kParallelGrain)
+  for (int64_t i = 1; i < n; ++i)
+    j[i] = philox::randint(philox::draw(s.seed, s.offset, static_cast<uint64_t>(i)), 0, i + 1);
+  for (int64_t i = n - 1; i > 0; --i) std::swap(p[i], p[j[i]]);
 }
 
 }  // namespace halfgrad::cpu
