@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include <halfgrad/core/allocator.h>
@@ -226,6 +227,11 @@ class Tensor {
   Tensor argmax(int64_t dim, bool keepdim = false) const;
   Tensor sum(int64_t dim, bool keepdim = false) const { return sum(Shape{dim}, keepdim); }
   Tensor mean(int64_t dim, bool keepdim = false) const { return mean(Shape{dim}, keepdim); }
+  // ops/sort_ops.h (defined in ops/sort.cpp)
+  std::tuple<Tensor, Tensor> sort(int64_t dim = -1, bool descending = false, bool stable = false) const;
+  Tensor argsort(int64_t dim = -1, bool descending = false, bool stable = false) const;
+  std::tuple<Tensor, Tensor> topk(int64_t k, int64_t dim = -1, bool largest = true, bool sorted = true) const;
+  Tensor cumsum(int64_t dim, std::optional<DType> dtype = std::nullopt) const;
 
  private:
   TensorImpl& impl() const {

@@ -158,6 +158,18 @@ void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& g
              cuda_ops::nll_loss_backward(grad, target, grad_logp, ignore_index));
 }
 
+void sort(const Tensor& in, const Tensor& values, const Tensor& indices, bool descending) {
+  HG_BACKEND(in, cpu::sort(in, values, indices, descending), cuda_ops::sort(in, values, indices, descending));
+}
+void take_along_dim_backward(const Tensor& g, const Tensor& indices, const Tensor& grad_in) {
+  HG_BACKEND(g, cpu::take_along_dim_backward(g, indices, grad_in),
+             cuda_ops::take_along_dim_backward(g, indices, grad_in));
+}
+void cumsum(const Tensor& in, const Tensor& out, bool reverse) {
+  HG_BACKEND(in, cpu::cumsum(in, out, reverse), cuda_ops::cumsum(in, out, reverse));
+}
+void randperm(const Tensor& out) { HG_BACKEND(out, cpu::randperm(out), cuda_ops::randperm(out)); }
+
 void uniform(const Tensor& out, double low, double high) {
   HG_BACKEND(out, cpu::uniform(out, low, high), cuda_ops::uniform(out, low, high));
 }

@@ -103,6 +103,27 @@ void nll_loss(const Tensor& logp, const Tensor& target, const Tensor& out, int64
 // grad_logp[i, target[i]] = -grad[i] (other entries 0). grad [N], grad_logp [N, C].
 void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& grad_logp, int64_t ignore_index);
 
+// Stable sort of each row of the contiguous [rows, n] `in` (n: its last dim)
+// into contiguous `values` (in's dtype) and int64 `indices` of in's shape:
+// ascending (descending) with NaN the largest value and all NaNs equal, -0.0
+// equal to +0.0, ties in their original order. values are in's elements, bit
+// for bit (NaN payloads, the sign of zero).
+void sort(const Tensor& in, const Tensor& values, const Tensor& indices, bool descending);
+// The backward of taking values along the last dim at distinct positions (sort,
+// topk): grad_in[r, indices[r, j]] = g[r, j]. g and int64 indices contiguous
+// [rows, k], grad_in contiguous [rows, n] of g's dtype, zero-filled by the
+// caller. Indices must be distinct within a row (plain stores, no atomics); an
+// index outside [0, n) is skipped (never written out of bounds).
+void take_along_dim_backward(const Tensor& g, const Tensor& indices, const Tensor& grad_in);
+// Inclusive prefix sum of each row of the contiguous [rows, n] `in` into `out`
+// (same shape and dtype); reverse: from the end of the row (out[j] = sum of
+// in[j..n-1]). float32 and the half types accumulate in float32 (the CPU: float32
+// in float64), float64 in float64, int64 in int64; each output rounds once.
+void cumsum(const Tensor& in, const Tensor& out, bool reverse);
+// A random permutation of 0..n-1 into the contiguous int64 `out` [n] from its
+// device's generator.
+void randperm(const Tensor& out);
+
 // Random fills of a contiguous `out` from its device's generator (core/random.h).
 void uniform(const Tensor& out, double low, double high);
 void normal(const Tensor& out, double mean, double std);

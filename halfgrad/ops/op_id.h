@@ -20,6 +20,8 @@
   X(gelu) X(sigmoid) X(tanh) X(clamp) X(eq) X(ne) X(lt) X(le) X(gt) X(ge) X(where)                          \
   /* reductions */                                                                                          \
   X(sum) X(mean) X(max) X(argmax)                                                                           \
+  /* sorting and scans */                                                                                   \
+  X(sort) X(argsort) X(topk) X(cumsum)                                                                      \
   /* linear algebra */                                                                                      \
   X(mm) X(bmm) X(addmm) X(matmul) X(linear) X(linear_relu) X(linear_gelu) X(linear_gelu_tanh)               \
   X(linear_chain)                                                                                           \

@@ -11,6 +11,7 @@
 #include <halfgrad/core/random.h>
 #include <halfgrad/core/tensor.h>
 #include <halfgrad/ops/activation.h>
+#include <halfgrad/ops/sort_ops.h>
 
 namespace halfgrad {
 

@@ -23,6 +23,13 @@ void softmax_backward(const Tensor& grad_out, const Tensor& y, const Tensor& gra
 // makes the GradScaler skip the step.
 void nll_loss(const Tensor& logp, const Tensor& target, const Tensor& out, int64_t ignore_index);
 void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& grad_logp, int64_t ignore_index);
+// ops/cuda/sort.cu (CUB): segmented radix sort of order-preserving integer
+// keys; a row may hold up to 2^31 - 1 elements. randperm sorts 64-bit random
+// keys from the device's generator (no host sync).
+void sort(const Tensor& in, const Tensor& values, const Tensor& indices, bool descending);
+void take_along_dim_backward(const Tensor& g, const Tensor& indices, const Tensor& grad_in);
+void cumsum(const Tensor& in, const Tensor& out, bool reverse);
+void randperm(const Tensor& out);
 // Random fills of a contiguous `out` from the device's generator (core/random.h):
 // the same numbers as the CPU backend's for the same seed and calls.
 void uniform(const Tensor& out, double low, double high);
