@@ -90,16 +90,19 @@ Tensor target_count(const Tensor& target, int64_t ignore_index, DType dtype) {
 Tensor softmax(const Tensor& a, int64_t dim) { return softmax_impl(OpId::softmax, a, dim, false); }
 Tensor log_softmax(const Tensor& a, int64_t dim) { return softmax_impl(OpId::log_softmax, a, dim, true); }
 
-Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction, int64_t ignore_index) {
-  ops::check_defined("nll_loss", {{"input", &log_probs}, {"target", &target}});
-  check_targets("nll_loss", log_probs, target);
+namespace {
+// nll_loss; `op` names the user's op (nll_loss, cross_entropy) in the kernel's out-of-range message.
+Tensor nll_loss_op(const char* op, const Tensor& log_probs, const Tensor& target, Reduction reduction,
+                   int64_t ignore_index) {
+  ops::check_defined(op, {{"input", &log_probs}, {"target", &target}});
+  check_targets(op, log_probs, target);
   const int64_t n = log_probs.shape()[0];
   return dispatch::call(
       OpId::nll_loss, {log_probs, target},
       [=](const std::vector<Tensor>& in) {
         const Tensor lp = in[0].contiguous();
         Tensor per = make_tensor({n}, lp.options());
-        kernels::nll_loss(lp, in[1].contiguous(), per, ignore_index);
+        kernels::nll_loss(lp, in[1].contiguous(), per, ignore_index, op);
         const Tensor count = reduction == Reduction::Mean ? target_count(in[1], ignore_index, lp.dtype()) : Tensor();
         return reduce_loss(per, reduction, count);
       },
@@ -111,6 +114,11 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reducti
         return {glp, Tensor()};
       },
       Save::Inputs);
+}
+}  // namespace
+
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction, int64_t ignore_index) {
+  return nll_loss_op("nll_loss", log_probs, target, reduction, ignore_index);
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction, int64_t ignore_index) {
@@ -186,8 +194,13 @@ void check_elementwise_weight(std::string_view op, std::string_view what, const 
            dtype_name(input.dtype()));
   HG_CHECK(w.device() == input.device(), "{}: {} {} must be on the input's device ({}); move it with .to()", op,
            what, w.describe(), input.device().str());
-  ops::check_broadcasts_to(op, what, w.shape(), input.shape(),
-                           "the weight must broadcast to the input's shape (e.g. one value per class, [C])");
+  bool ok = w.dim() <= input.dim();
+  for (int64_t i = 1; ok && i <= w.dim(); ++i) {
+    const int64_t ws = w.shape()[w.dim() - i], is = input.shape()[input.dim() - i];
+    ok = ws == is || ws == 1;
+  }
+  HG_CHECK(ok, "{}: {} {} must broadcast to the input's shape {} (e.g. one value per class, [C])", op, what,
+           w.describe(), shape_str(input.shape()));
 }
 void check_weight_dtype(std::string_view op, std::string_view what, const Tensor& w, DType dt) {
   HG_CHECK(!w.defined() || w.dtype() == dt,
@@ -207,10 +220,10 @@ Tensor target_weights(const Tensor& target, const Tensor& w, int64_t ignore_inde
 
 // nll_loss with class weights: mean divides by the summed weights of the
 // targets that are not ignored (PyTorch's rule). `w` may be undefined.
-Tensor weighted_nll(const Tensor& logp, const Tensor& target, const Tensor& w, Reduction reduction,
+Tensor weighted_nll(const char* op, const Tensor& logp, const Tensor& target, const Tensor& w, Reduction reduction,
                     int64_t ignore_index) {
-  if (!w.defined()) return nll_loss(logp, target, reduction, ignore_index);
-  const Tensor per = nll_loss(logp, target, Reduction::None, ignore_index);
+  if (!w.defined()) return nll_loss_op(op, logp, target, reduction, ignore_index);
+  const Tensor per = nll_loss_op(op, logp, target, Reduction::None, ignore_index);
   const Tensor wt = target_weights(target, w, ignore_index);
   const Tensor l = mul(per, wt);
   switch (reduction) {
@@ -305,7 +318,7 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NLLLossOpti
                              [=](const std::vector<Tensor>& in) {
                                const DType dt = in[0].dtype(), wide = compute_dtype(dt);
                                check_weight_dtype("nll_loss", "weight", in[2], dt);
-                               return weighted_nll(in[0].to(wide), in[1], in[2].detach().to(wide), reduction,
+                               return weighted_nll("nll_loss", in[0].to(wide), in[1], in[2].detach().to(wide), reduction,
                                                    ignore_index)
                                    .to(dt);
                              });
@@ -345,7 +358,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntr
         const Tensor logp = log_softmax(in[0].to(wide), 1);
         const Tensor w = in[2].defined() ? in[2].detach().to(wide) : Tensor();
         if (probs) return probability_ce(logp, in[1].to(wide), w, reduction, eps).to(dt);
-        Tensor loss = weighted_nll(logp, in[1], w, reduction, ignore_index);
+        Tensor loss = weighted_nll("cross_entropy", logp, in[1], w, reduction, ignore_index);
         if (eps > 0.0)
           loss = add(mul(loss, 1.0 - eps), mul(smoothing_term(logp, in[1], w, reduction, ignore_index), eps / classes));
         return loss.to(dt);
