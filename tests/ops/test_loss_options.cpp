@@ -137,6 +137,14 @@ TEST_CASE("loss options: the designated-initialiser spellings compile and pick t
   // C++20 designated lists follow the member order (weight, ignore_index, reduction, label_smoothing).
   // The values are PyTorch 1.13's (the PyTorch test below).
   CHECK(item(F::cross_entropy(x, t, {.label_smoothing = 0.0})) == Approx(item(cross_entropy(x, t))).epsilon(1e-15));
+  {
+    namespace hg = halfgrad;  // the spelling of the docs
+    const Tensor logits = x, target = t;
+    CHECK(item(hg::nn::functional::cross_entropy(logits, target, {.label_smoothing = 0.1})) ==
+          Approx(item(hg::cross_entropy(logits, target, {Tensor(), -100, Reduction::Mean, 0.1}))).epsilon(1e-15));
+    CHECK(item(hg::nn::functional::cross_entropy(logits, target, {.label_smoothing = 0.1})) !=
+          Approx(item(hg::cross_entropy(logits, target))));
+  }
   CHECK(item(F::cross_entropy(x, t, {.ignore_index = 2, .label_smoothing = 0.2})) ==
         Approx(2.158392728922805).epsilon(1e-12));
   CHECK(item(F::cross_entropy(x, t, {.weight = w, .ignore_index = 2, .label_smoothing = 0.1})) ==
