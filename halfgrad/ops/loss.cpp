@@ -438,6 +438,9 @@ void check_probabilities(const Tensor& probs) {
            "pass probabilities (e.g. sigmoid(logits)), or better binary_cross_entropy_with_logits on the logits",
            bad, probs.numel(), probs.describe());
 }
+// A weight as a constant: no gradient reaches it (PyTorch has none for these
+// weights and raises when one is needed; halfgrad leaves .grad undefined).
+Tensor constant(const Tensor& w) { return w.defined() ? w.detach() : w; }
 // `l` times the weight when there is one.
 Tensor weighted(const Tensor& l, const Tensor& w) { return w.defined() ? mul(l, w) : l; }
 }  // namespace
@@ -454,7 +457,7 @@ Tensor binary_cross_entropy(const Tensor& probs, const Tensor& target, const Bin
   const Reduction reduction = options.reduction;
   const DType dt = promote_types(probs.dtype(), target.dtype());
   return dispatch::call(
-      OpId::binary_cross_entropy, {probs.to(dt), target.to(dt), options.weight},
+      OpId::binary_cross_entropy, {probs.to(dt), target.to(dt), constant(options.weight)},
       [reduction](const std::vector<Tensor>& in) {
         const Tensor &p = in[0], &t = in[1];
         check_weight_dtype("binary_cross_entropy", "weight", in[2], p.dtype());
@@ -494,7 +497,8 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
   // softplus(-x) = log(1 + exp(-x)), stable: log(1 + exp(-|x|)) + max(-x, 0)
   auto softplus_neg = [](const Tensor& x) { return add(log(add(exp(neg(abs(x))), 1.0)), relu(neg(x))); };
   return dispatch::call(
-      OpId::binary_cross_entropy_with_logits, {logits.to(dt), target.to(dt), options.weight, options.pos_weight},
+      OpId::binary_cross_entropy_with_logits,
+      {logits.to(dt), target.to(dt), constant(options.weight), constant(options.pos_weight)},
       [reduction, softplus_neg](const std::vector<Tensor>& in) {
         const Tensor &x = in[0], &t = in[1], &w = in[2], &pw = in[3];
         check_weight_dtype(op, "weight", w, x.dtype());

@@ -591,3 +591,18 @@ TEST_CASE("loss options: a target of another shape warns once per process (PyTor
   CHECK_THAT(text, Contains(msg));
   CHECK(text.find(msg) == text.rfind(msg));  // once
 }
+
+TEST_CASE("loss options: a weight that requires grad gets no gradient", "[ops][loss][options][grad]") {
+  // PyTorch has no derivative for these weights (it raises when asked for
+  // one); halfgrad treats them as constants.
+  Tensor x = hgtest::leaf({4, 3}), w = hgtest::leaf({3}, 0.5, 1.5);
+  const Tensor t = tensor(std::vector<int64_t>{0, 2, 1, 1});
+  Tensor p = hgtest::leaf({4, 3}, 0.1, 0.9), q = hgtest::uniform({4, 3}, float64, 0, 1);
+  add(add(cross_entropy(x, t, {.weight = w, .label_smoothing = 0.1}), nll_loss(x, t, {.weight = w})),
+      add(binary_cross_entropy(p, q, {.weight = w}),
+          binary_cross_entropy_with_logits(x, q, {.weight = w, .pos_weight = w})))
+      .backward();
+  CHECK(x.grad().defined());
+  CHECK(p.grad().defined());
+  CHECK_FALSE(w.grad().defined());
+}
