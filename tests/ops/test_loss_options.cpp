@@ -29,8 +29,9 @@ const char* rname(Reduction r) { return r == Reduction::Mean ? "mean" : r == Red
 constexpr Reduction kReductions[] = {Reduction::Mean, Reduction::Sum, Reduction::None};
 constexpr int64_t N = 5, C = 4;
 
-// The inputs of the PyTorch script (/tmp/lossref/ref.py in the commit that
-// added this file; its formulas are repeated in the comments below):
+// The inputs of the PyTorch 1.13 script that produced the constants below
+// (run as `/usr/bin/python3 ref.py`; its torch calls are quoted in the test's
+// comments, the inputs are these formulas, rebuilt here without Python):
 //   x[i][c] = 2 sin(0.7 i + 1.3 c) [5, 4], t[i] = (3 i + 1) % 4, w[c] = 0.5 + 0.25 c,
 //   p = softmax(cos(0.9 i - 0.4 c), dim 1)
 std::vector<double> x_values() {
@@ -180,7 +181,7 @@ TEST_CASE("loss options: the designated-initialiser spellings compile and pick t
 }
 
 TEST_CASE("loss options: PyTorch 1.13 values, every reduction and the gradients", "[ops][loss][options]") {
-  // /usr/bin/python3 /tmp/lossref/ref.py (torch 1.13, float64), with
+  // /usr/bin/python3 ref.py (torch 1.13, float64, `import torch.nn.functional as F; from math import sin, cos`):
   //   N, C = 5, 4
   //   x = tensor([[2*sin(0.7*i + 1.3*c) for c in range(C)] for i in range(N)], float64)
   //   t = tensor([(3*i+1) % C for i in range(N)]); w = tensor([0.5 + 0.25*c for c in range(C)])
