@@ -3,6 +3,7 @@
 #include <halfgrad/nn/activation.h>
 #include <halfgrad/nn/dropout.h>
 #include <halfgrad/nn/flatten.h>
+#include <halfgrad/nn/functional.h>
 #include <halfgrad/nn/init.h>
 #include <halfgrad/nn/linear.h>
 #include <halfgrad/nn/loss.h>

@@ -27,7 +27,7 @@
   X(linear_chain)                                                                                           \
   /* softmax, losses, dropout */                                                                            \
   X(softmax) X(log_softmax) X(nll_loss) X(cross_entropy) X(mse_loss) X(binary_cross_entropy)               \
-  X(binary_cross_entropy_with_logits) X(dropout)                                                            \
+  X(binary_cross_entropy_with_logits) X(l1_loss) X(smooth_l1_loss) X(dropout)                               \
   /* views, copies, joins */                                                                                \
   X(view) X(permute) X(narrow) X(slice) X(unsqueeze) X(squeeze) X(expand) X(clone) X(contiguous) X(to)      \
   X(to_device) X(cat) X(stack)                                                                              \

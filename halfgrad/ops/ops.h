@@ -11,6 +11,7 @@
 #include <halfgrad/core/random.h>
 #include <halfgrad/core/tensor.h>
 #include <halfgrad/ops/activation.h>
+#include <halfgrad/ops/loss_options.h>
 #include <halfgrad/ops/sort_ops.h>
 
 namespace halfgrad {
@@ -138,18 +139,39 @@ std::string get_float32_matmul_precision();
 bool float32_matmul_allows_tf32();
 
 // ---- activations and losses (torch.nn.functional) ----------------------------------
-enum class Reduction { Mean, Sum, None };
+// Reduction and the loss options (CrossEntropyOptions, ...): ops/loss_options.h.
+// Each loss has a positional form (reduction first, as before) and an options
+// form; a call with two arguments or a braced/designated list takes the
+// options form: cross_entropy(x, t, {.label_smoothing = 0.1}).
 Tensor softmax(const Tensor& a, int64_t dim);
 Tensor log_softmax(const Tensor& a, int64_t dim);
-Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction = Reduction::Mean,
-                int64_t ignore_index = -100);
-Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction = Reduction::Mean,
-                     int64_t ignore_index = -100);
-Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::Mean);
+// Mean divides by the summed weights of the targets that are not ignore_index
+// (their count without a weight); NaN when that is 0, as in PyTorch.
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, Reduction reduction, int64_t ignore_index = -100);
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NLLLossOptions& options = {});
+// Class-index targets int64 [N]: nll_loss of log_softmax, with label smoothing
+// (1 - eps) * nll + eps / C * (the weighted sum of -log p over the classes,
+// reduced with the same divisor). Probability targets (floating, the input's
+// shape [N, C]): -sum_c w_c t_c log_softmax_c per row, smoothed as
+// t (1 - eps) + eps / C; mean divides by N; ignore_index must stay negative.
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction, int64_t ignore_index = -100);
+Tensor cross_entropy(const Tensor& logits, const Tensor& target, const CrossEntropyOptions& options = {});
+// The elementwise losses broadcast input and target as PyTorch does, with
+// PyTorch's warning (once per process and op, on stderr) when the shapes differ.
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction);
+Tensor mse_loss(const Tensor& input, const Tensor& target, const MSELossOptions& options = {});
+Tensor l1_loss(const Tensor& input, const Tensor& target, Reduction reduction);
+Tensor l1_loss(const Tensor& input, const Tensor& target, const L1LossOptions& options = {});
+// 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta; beta = 0 is l1_loss.
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, Reduction reduction, double beta = 1.0);
+Tensor smooth_l1_loss(const Tensor& input, const Tensor& target, const SmoothL1LossOptions& options = {});
 // On probabilities; banned under CUDA autocast (use the with-logits form).
-Tensor binary_cross_entropy(const Tensor& probs, const Tensor& target, Reduction reduction = Reduction::Mean);
+Tensor binary_cross_entropy(const Tensor& probs, const Tensor& target, Reduction reduction);
+Tensor binary_cross_entropy(const Tensor& probs, const Tensor& target, const BinaryCrossEntropyOptions& options = {});
+// (1 - t) x + (1 + (pos_weight - 1) t) softplus(-x), times weight.
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target, Reduction reduction);
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& target,
-                                        Reduction reduction = Reduction::Mean);
+                                        const BCEWithLogitsOptions& options = {});
 Tensor dropout(const Tensor& a, double p, bool training);
 
 // ---- joining ----------------------------------------------------------------------
