@@ -47,9 +47,11 @@ Make maker(typename Opt::Options o, double lr2) {
 struct Batch {
   hg::Tensor x, y;
 };
-std::vector<Batch> batches(int n) {
+std::vector<Batch> batches(int n, hg::Device device = hg::Device::cpu()) {
   std::vector<Batch> out;
-  for (int i = 0; i < n; ++i) out.push_back({hgtest::uniform({5, 4}, hg::DType::Float32), hgtest::uniform({5, 3}, hg::DType::Float32)});
+  for (int i = 0; i < n; ++i)
+    out.push_back({hgtest::uniform({5, 4}, hg::DType::Float32).to(device),
+                   hgtest::uniform({5, 3}, hg::DType::Float32).to(device)});
   return out;
 }
 
@@ -98,9 +100,9 @@ void check_same_state(const hg::optim::OptimizerStateDict& a, const hg::optim::O
 
 // Train K steps, save, train N more -> A; a fresh model and optimizer (other
 // init, other lr) load what was saved and train the same N steps -> B; A == B.
-void check_resume(const Make& make, bool with_scaler, bool with_scheduler) {
+void check_resume(const Make& make, bool with_scaler, bool with_scheduler, hg::Device device = hg::Device::cpu()) {
   constexpr int K = 3, N = 4;
-  const auto data = batches(K + N);
+  const auto data = batches(K + N, device);
   const int overflow_at = with_scaler ? K + 1 : -1;
   hg::amp::GradScalerOptions so;
   so.init_scale = 1024.0;
@@ -108,6 +110,7 @@ void check_resume(const Make& make, bool with_scaler, bool with_scheduler) {
 
   hg::manual_seed(1);
   Net net1;
+  net1.to(device);
   auto opt1 = make(net1);
   hg::amp::GradScaler scaler1(so);
   std::unique_ptr<hg::optim::StepLR> sched1;
@@ -129,6 +132,7 @@ void check_resume(const Make& make, bool with_scaler, bool with_scheduler) {
 
   hg::manual_seed(2);
   Net net2;
+  net2.to(device);
   auto opt2 = make(net2);
   opt2->set_lr(0, 123.0);  // overwritten by the load
   hg::amp::GradScaler scaler2(so);
@@ -137,6 +141,8 @@ void check_resume(const Make& make, bool with_scaler, bool with_scheduler) {
   net2.load_state_dict(model_saved);
   opt2->load_state_dict(opt_saved);
   check_same_state(opt2->state_dict(), opt_saved);  // a round trip
+  for (const auto& [i, bufs] : opt_saved.state)
+    for (const auto& [k, t] : bufs) CHECK(t.device() == (k == "step" ? hg::Device::cpu() : device));
   if (with_scaler) scaler2.load_state_dict(scaler_saved);
   if (sched2) sched2->load_state_dict(sched_saved);
   for (int i = K; i < K + N; ++i) {
@@ -286,4 +292,29 @@ TEST_CASE("Optimizer load_state_dict rejects hostile state dicts", "[optim]") {
   two.param_groups = {good.param_groups[0]};
   two.param_groups[0].params = {0, 1, 2, 3, 4};
   CHECK_THROWS_WITH(sgd.load_state_dict(two), Contains("no option \"momentum\""));
+}
+
+TEST_CASE("Optimizer load_state_dict resumes fused CUDA training bit for bit", "[optim][cuda]") {
+  const hg::Device cuda = hg::Device::cuda();
+  check_resume(maker<hg::optim::SGD>({.lr = 0.05, .momentum = 0.9, .nesterov = true}, 0.02), false, true, cuda);
+  check_resume(maker<hg::optim::SGD>({.lr = 0.05, .momentum = 0.9}, 0.02), true, false, cuda);
+  check_resume(maker<hg::optim::Adam>({.lr = 0.01, .weight_decay = 1e-2}, 0.003), true, false, cuda);
+  check_resume(maker<hg::optim::AdamW>({.lr = 0.01, .amsgrad = true}, 0.003), true, true, cuda);
+
+  // a CPU state dict loads into a CUDA optimizer: the buffers go to the parameters' device
+  hg::manual_seed(5);
+  Net cpu_net;
+  auto cpu_opt = maker<hg::optim::Adam>({.lr = 0.01}, 0.003)(cpu_net);
+  const auto data = batches(2);
+  train_step(cpu_net, *cpu_opt, data[0], nullptr, false);
+  hg::manual_seed(5);
+  Net gpu_net;
+  gpu_net.to(cuda);
+  auto gpu_opt = maker<hg::optim::Adam>({.lr = 0.01}, 0.003)(gpu_net);
+  gpu_opt->load_state_dict(cpu_opt->state_dict());
+  const auto sd = gpu_opt->state_dict();
+  CHECK(sd.state.at(0).at("exp_avg").device() == cuda);
+  CHECK(sd.state.at(0).at("step").item() == 1.0);
+  train_step(gpu_net, *gpu_opt, {data[1].x.to(cuda), data[1].y.to(cuda)}, nullptr, false);
+  CHECK(gpu_opt->state_dict().state.at(0).at("step").item() == 2.0);
 }
