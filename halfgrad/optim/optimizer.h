@@ -280,7 +280,7 @@ class OptimizerImpl : public Optimizer {
              "optimizer with the same groups",
              op, sd.param_groups.size(), groups_.size());
     // Validate everything first: an Error leaves the optimizer as it was.
-    std::map<int64_t, const Tensor*> param_of;  // saved index -> this optimizer's parameter
+    std::map<int64_t, std::pair<const Tensor*, size_t>> param_of;  // saved index -> (parameter, group)
     std::vector<Options> options;
     std::map<size_t, double> initial_lrs;
     for (size_t g = 0; g < groups_.size(); ++g) {
@@ -290,7 +290,7 @@ class OptimizerImpl : public Optimizer {
                "state dict saved from an optimizer over the same parameters",
                op, g, sg.params.size(), g, groups_[g].params.size());
       for (size_t j = 0; j < sg.params.size(); ++j) {
-        HG_CHECK(param_of.emplace(sg.params[j], &groups_[g].params[j]).second,
+        HG_CHECK(param_of.emplace(sg.params[j], std::make_pair(&groups_[g].params[j], g)).second,
                  "{}: parameter index {} appears twice in the state dict's param_groups", op, sg.params[j]);
       }
       detail::OptionReader reader(op, g, sg.options);
@@ -308,11 +308,9 @@ class OptimizerImpl : public Optimizer {
                "{}: the state dict has state for parameter {} but no param group lists it; the state dict is "
                "inconsistent (was it edited?)",
                op, index);
-      const Tensor& p = *it->second;
-      size_t g = 0;
-      while (g + 1 < groups_.size() && !in_group(g, p)) ++g;
+      const Tensor& p = *it->second.first;
       detail::BufferReader reader(op, index, p, buffers);
-      State s = load_state(reader, options[g]);
+      State s = load_state(reader, options[it->second.second]);
       reader.finish();
       states.emplace_back(p.unsafe_impl(), std::move(s));
     }
@@ -386,12 +384,6 @@ class OptimizerImpl : public Optimizer {
   bool fuses_on_device(const Tensor& p, const Tensor& grad) const {
     return p.device().is_cuda() && has_fused_device_update() && p.dtype() == DType::Float32 &&
            grad.dtype() == DType::Float32 && p.is_contiguous() && grad.is_contiguous();
-  }
-
-  bool in_group(size_t g, const Tensor& p) const {
-    for (const auto& q : groups_[g].params)
-      if (q.is_same(p)) return true;
-    return false;
   }
 
   const ParamGroup& checked(size_t group) const {
