@@ -144,9 +144,18 @@ std::vector<std::pair<std::string, Tensor>> Module::named_buffers(bool recurse) 
 }
 
 Module& Module::apply(const std::function<void(Module&)>& fn) {
-  for (const auto& c : children_) c.module->apply(fn);
+  std::unordered_set<const Module*> seen;  // PyTorch's children(): each child once
+  for (const auto& c : children_)
+    if (seen.insert(c.module).second) c.module->apply(fn);
   fn(*this);
   return *this;
+}
+
+int64_t Module::num_parameters(bool only_trainable) const {
+  int64_t n = 0;
+  for (const Tensor& p : parameters())
+    if (!only_trainable || p.requires_grad()) n += p.numel();
+  return n;
 }
 
 namespace {

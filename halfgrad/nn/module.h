@@ -86,7 +86,14 @@ class Module {
   std::vector<std::pair<std::string, Module*>> named_children() const;
   // This module (named "") and all below it, depth first.
   std::vector<std::pair<std::string, Module*>> named_modules() const;
-  // Calls fn on every sub-module, then on this one (PyTorch's apply, e.g. for a custom init).
+  // Elements in parameters() (each shared tensor once); only_trainable: only
+  // those that require grad (Hugging Face's num_parameters(only_trainable)).
+  int64_t num_parameters(bool only_trainable = false) const;
+  int64_t parameter_count(bool only_trainable = false) const { return num_parameters(only_trainable); }
+  // Calls fn on every sub-module, then on this one (PyTorch's apply, e.g. for a
+  // custom init): children in registration order, each child's subtree first
+  // (post-order). As in PyTorch a child registered twice in one module is
+  // visited once there, but a module shared by two parents is visited under each.
   Module& apply(const std::function<void(Module&)>& fn);
 
   // ---- mode: Dropout and friends read is_training() ------------------------

@@ -10,3 +10,4 @@
 #include <halfgrad/nn/module.h>
 #include <halfgrad/nn/sequential.h>
 #include <halfgrad/nn/state_dict.h>
+#include <halfgrad/nn/utils.h>

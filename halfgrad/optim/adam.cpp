@@ -126,7 +126,59 @@ void adam_update_fused_device(const std::vector<Tensor>& params, const std::vect
 #endif
 }
 
+template <typename O>
+std::map<std::string, double> adam_save_options(const O& o) {
+  return {{"lr", o.lr},   {"beta1", o.betas[0]},           {"beta2", o.betas[1]},
+          {"eps", o.eps}, {"weight_decay", o.weight_decay}, {"amsgrad", o.amsgrad ? 1.0 : 0.0}};
+}
+
+template <typename O>
+O adam_load_options(detail::OptionReader& r) {
+  O o;
+  o.lr = r.number("lr");
+  o.betas = {r.number("beta1"), r.number("beta2")};
+  o.eps = r.number("eps");
+  o.weight_decay = r.number("weight_decay");
+  o.amsgrad = r.flag("amsgrad");
+  return o;
+}
+
+// PyTorch >= 1.12's layout: step is a float32 0-d tensor (here on the CPU).
+std::map<std::string, Tensor> adam_save_state(const AdamState& s) {
+  if (!s.exp_avg.defined()) return {};
+  std::map<std::string, Tensor> out{
+      {"step", full({}, static_cast<double>(s.step_count()), TensorOptions(DType::Float32))},
+      {"exp_avg", s.exp_avg.detach().clone()},
+      {"exp_avg_sq", s.exp_avg_sq.detach().clone()}};
+  if (s.max_exp_avg_sq.defined()) out.emplace("max_exp_avg_sq", s.max_exp_avg_sq.detach().clone());
+  return out;
+}
+
+AdamState adam_load_state(detail::BufferReader& r, bool amsgrad) {
+  AdamState s;
+  s.step = r.step("step");  // the CUDA path moves it to its device_step on its next step
+  s.exp_avg = r.like_param("exp_avg");
+  s.exp_avg_sq = r.like_param("exp_avg_sq");
+  if (amsgrad) r.require("max_exp_avg_sq", "the group's amsgrad needs");
+  // Without amsgrad a saved max_exp_avg_sq is kept (unused), as PyTorch keeps it.
+  if (r.has("max_exp_avg_sq")) s.max_exp_avg_sq = r.like_param("max_exp_avg_sq");
+  return s;
+}
+
 }  // namespace
+
+std::map<std::string, double> Adam::save_options(const AdamOptions& o) const { return adam_save_options(o); }
+AdamOptions Adam::load_options(detail::OptionReader& r) const { return adam_load_options<AdamOptions>(r); }
+std::map<std::string, Tensor> Adam::save_state(const AdamState& s) const { return adam_save_state(s); }
+AdamState Adam::load_state(detail::BufferReader& r, const AdamOptions& o) const {
+  return adam_load_state(r, o.amsgrad);
+}
+std::map<std::string, double> AdamW::save_options(const AdamWOptions& o) const { return adam_save_options(o); }
+AdamWOptions AdamW::load_options(detail::OptionReader& r) const { return adam_load_options<AdamWOptions>(r); }
+std::map<std::string, Tensor> AdamW::save_state(const AdamState& s) const { return adam_save_state(s); }
+AdamState AdamW::load_state(detail::BufferReader& r, const AdamWOptions& o) const {
+  return adam_load_state(r, o.amsgrad);
+}
 
 Adam::Adam(std::vector<Tensor> params, const AdamOptions& options) : OptimizerImpl("Adam", options) {
   add_param_group(std::move(params));

@@ -53,6 +53,10 @@ class Adam : public OptimizerImpl<AdamOptions, AdamState> {
  protected:
   void check_options(const AdamOptions& o) const override;
   void update(Tensor& param, Tensor& grad, AdamState& state, const AdamOptions& o, const Tensor& inv_scale) override;
+  std::map<std::string, double> save_options(const AdamOptions& o) const override;
+  AdamOptions load_options(detail::OptionReader& r) const override;
+  std::map<std::string, Tensor> save_state(const AdamState& s) const override;
+  AdamState load_state(detail::BufferReader& r, const AdamOptions& o) const override;
   bool has_fused_device_update() const override { return true; }
   void update_fused_device(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                            const std::vector<AdamState*>& states, const AdamOptions& o,
@@ -67,6 +71,10 @@ class AdamW : public OptimizerImpl<AdamWOptions, AdamState> {
  protected:
   void check_options(const AdamWOptions& o) const override;
   void update(Tensor& param, Tensor& grad, AdamState& state, const AdamWOptions& o, const Tensor& inv_scale) override;
+  std::map<std::string, double> save_options(const AdamWOptions& o) const override;
+  AdamWOptions load_options(detail::OptionReader& r) const override;
+  std::map<std::string, Tensor> save_state(const AdamState& s) const override;
+  AdamState load_state(detail::BufferReader& r, const AdamWOptions& o) const override;
   bool has_fused_device_update() const override { return true; }
   void update_fused_device(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                            const std::vector<AdamState*>& states, const AdamWOptions& o,

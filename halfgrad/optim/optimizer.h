@@ -29,6 +29,90 @@
 
 namespace halfgrad::optim {
 
+// An optimizer's state in PyTorch's layout (torch.optim.Optimizer.state_dict()),
+// in plain containers so that a checkpoint writer can put the tensors into a
+// safetensors file and the rest into JSON:
+//
+//   state         parameter index -> buffer name -> tensor. A parameter's
+//                 index counts over all groups in order (0, 1, ...). Only
+//                 parameters with state are listed (a parameter that never had
+//                 a gradient has none; PyTorch's SGD without momentum keeps an
+//                 entry {momentum_buffer: None}, here there is no entry).
+//                   SGD:        momentum_buffer
+//                   Adam/AdamW: step, exp_avg, exp_avg_sq, max_exp_avg_sq (amsgrad)
+//                 `step` is as in PyTorch >= 1.12: a float32 0-d tensor (here
+//                 always on the CPU); the buffers are on their parameters'
+//                 devices, in their dtypes.
+//   param_groups  each group's options by PyTorch's names, and `params`, the
+//                 indices of the group's parameters. Options are numbers:
+//                 booleans are 0 or 1, and Adam's betas are two entries,
+//                 "beta1" and "beta2" (PyTorch's betas = (beta1, beta2)).
+//                   SGD:        lr, momentum, dampening, weight_decay, nesterov, maximize
+//                   Adam/AdamW: lr, beta1, beta2, eps, weight_decay, amsgrad, maximize
+//                 maximize is always 0 (halfgrad minimizes); "initial_lr" is
+//                 present once an LR scheduler has set it, as in PyTorch.
+//
+// state_dict() returns copies (a snapshot, as torch.save of it would be;
+// PyTorch returns references to the live buffers). On CUDA it waits for the
+// device once (the step counts live there).
+struct ParamGroupState {
+  std::map<std::string, double> options;
+  std::vector<int64_t> params;
+};
+
+struct OptimizerStateDict {
+  std::map<int64_t, std::map<std::string, Tensor>> state;
+  std::vector<ParamGroupState> param_groups;
+};
+
+namespace detail {
+
+// Reads one saved param group's options for load_state_dict; every key must be
+// taken (finish() rejects the rest).
+class OptionReader {
+ public:
+  OptionReader(std::string op, size_t group, const std::map<std::string, double>& options)
+      : op_(std::move(op)), group_(group), options_(options) {}
+  double number(const std::string& key);  // required
+  bool flag(const std::string& key);      // required, 0 or 1
+  std::optional<double> optional(const std::string& key);
+  // An option halfgrad lacks: absent or 0, else an Error with `remedy`.
+  void optional_zero(const std::string& key, const char* remedy);
+  void finish() const;
+
+ private:
+  std::string op_;
+  size_t group_;
+  const std::map<std::string, double>& options_;
+  std::vector<std::string> taken_;
+};
+
+// Reads one parameter's saved buffers for load_state_dict.
+class BufferReader {
+ public:
+  BufferReader(std::string op, int64_t index, const Tensor& param, const std::map<std::string, Tensor>& buffers)
+      : op_(std::move(op)), index_(index), param_(param), buffers_(buffers) {}
+  bool has(const std::string& key) const { return buffers_.count(key) != 0; }
+  // A copy of the buffer in a new tensor laid out like the parameter, on its
+  // device; the saved one must have the parameter's shape and dtype.
+  Tensor like_param(const std::string& key);
+  // A step count: a one-element tensor holding a whole number >= 0.
+  int64_t step(const std::string& key);
+  // A buffer that must be present (when `why` holds).
+  void require(const std::string& key, const char* why) const;
+  void finish() const;
+
+ private:
+  const Tensor& get(const std::string& key);
+  std::string op_;
+  int64_t index_;
+  const Tensor& param_;
+  const std::map<std::string, Tensor>& buffers_;
+  std::vector<std::string> taken_;
+};
+
+}  // namespace detail
+
 class Optimizer : public amp::ScaledOptimizer {
  public:
   ~Optimizer() override = default;
@@ -64,8 +148,20 @@ class Optimizer : public amp::ScaledOptimizer {
   // "SGD", "Adam", ...: used in messages.
   const std::string& name() const { return name_; }
 
+  // See OptimizerStateDict. load_state_dict replaces the whole state and every
+  // group's options (lr, ..., initial_lr) with the saved ones, copying the
+  // buffers into the optimizer's own tensors on the parameters' devices. As in
+  // PyTorch the saved `params` lists map the saved indices to this
+  // optimizer's parameters by position, so the groups must hold the same
+  // number of parameters; each buffer must have its parameter's shape and
+  // dtype, and an unknown key or option is an Error. Nothing changes when
+  // there is an Error.
+  virtual OptimizerStateDict state_dict() const = 0;
+  virtual void load_state_dict(const OptimizerStateDict& state) = 0;
+
  protected:
   explicit Optimizer(std::string name) : name_(std::move(name)) {}
+  void clear_initial_lrs() { initial_lrs_.clear(); }
   // A parameter an optimizer can take: defined, floating, a leaf.
   void check_param(const Tensor& p, size_t index) const;
 
@@ -156,6 +252,76 @@ class OptimizerImpl : public Optimizer {
     }
   }
 
+  OptimizerStateDict state_dict() const override {
+    OptimizerStateDict out;
+    int64_t index = 0;
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      ParamGroupState group;
+      group.options = save_options(groups_[g].options);
+      group.options["maximize"] = 0.0;
+      if (auto init = initial_lr(g)) group.options["initial_lr"] = *init;
+      for (const auto& p : groups_[g].params) {
+        auto it = state_.find(p.unsafe_impl());
+        if (it != state_.end()) {
+          auto buffers = save_state(it->second);
+          if (!buffers.empty()) out.state.emplace(index, std::move(buffers));
+        }
+        group.params.push_back(index++);
+      }
+      out.param_groups.push_back(std::move(group));
+    }
+    return out;
+  }
+
+  void load_state_dict(const OptimizerStateDict& sd) override {
+    const std::string op = name() + ".load_state_dict";
+    HG_CHECK(sd.param_groups.size() == groups_.size(),
+             "{}: the state dict has {} parameter groups but this optimizer has {}; load a state dict saved from an "
+             "optimizer with the same groups",
+             op, sd.param_groups.size(), groups_.size());
+    // Validate everything first: an Error leaves the optimizer as it was.
+    std::map<int64_t, std::pair<const Tensor*, size_t>> param_of;  // saved index -> (parameter, group)
+    std::vector<Options> options;
+    std::map<size_t, double> initial_lrs;
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      const ParamGroupState& sg = sd.param_groups[g];
+      HG_CHECK(sg.params.size() == groups_[g].params.size(),
+               "{}: param_groups[{}] of the state dict has {} parameters but this optimizer's group {} has {}; load a "
+               "state dict saved from an optimizer over the same parameters",
+               op, g, sg.params.size(), g, groups_[g].params.size());
+      for (size_t j = 0; j < sg.params.size(); ++j) {
+        HG_CHECK(param_of.emplace(sg.params[j], std::make_pair(&groups_[g].params[j], g)).second,
+                 "{}: parameter index {} appears twice in the state dict's param_groups", op, sg.params[j]);
+      }
+      detail::OptionReader reader(op, g, sg.options);
+      Options o = load_options(reader);
+      reader.optional_zero("maximize", "halfgrad's optimizers do not maximize; negate the loss instead");
+      if (auto init = reader.optional("initial_lr")) initial_lrs[g] = *init;
+      reader.finish();
+      check_options(o);
+      options.push_back(o);
+    }
+    std::vector<std::pair<const TensorImpl*, State>> states;
+    for (const auto& [index, buffers] : sd.state) {
+      auto it = param_of.find(index);
+      HG_CHECK(it != param_of.end(),
+               "{}: the state dict has state for parameter {} but no param group lists it; the state dict is "
+               "inconsistent (was it edited?)",
+               op, index);
+      const Tensor& p = *it->second.first;
+      detail::BufferReader reader(op, index, p, buffers);
+      State s = load_state(reader, options[it->second.second]);
+      reader.finish();
+      states.emplace_back(p.unsafe_impl(), std::move(s));
+    }
+    // Commit.
+    for (size_t g = 0; g < groups_.size(); ++g) groups_[g].options = options[g];
+    clear_initial_lrs();
+    for (const auto& [g, lr] : initial_lrs) set_initial_lr(g, lr);
+    state_.clear();
+    for (auto& [impl, s] : states) state_.emplace(impl, std::move(s));
+  }
+
   size_t num_param_groups() const override { return groups_.size(); }
   const std::vector<Tensor>& group_params(size_t group) const override { return checked(group).params; }
   double lr(size_t group) const override { return checked(group).options.lr; }
@@ -170,6 +336,14 @@ class OptimizerImpl : public Optimizer {
 
   // Rejects options the update cannot use (an Error naming the option).
   virtual void check_options(const Options& options) const = 0;
+  // state_dict hooks: the group options by PyTorch's names (without maximize
+  // and initial_lr, which the base adds), and back (every option required);
+  // a parameter's buffers (empty: no entry), and back into a State whose
+  // tensors are the optimizer's own, on the parameter's device.
+  virtual std::map<std::string, double> save_options(const Options& options) const = 0;
+  virtual Options load_options(detail::OptionReader& reader) const = 0;
+  virtual std::map<std::string, Tensor> save_state(const State& state) const = 0;
+  virtual State load_state(detail::BufferReader& reader, const Options& options) const = 0;
   // One parameter's update, under no_grad; grad has the param's dtype. If
   // inv_scale is defined the grad is still scaled: the update multiplies it
   // by inv_scale, writes the unscaled grad back to .grad (as PyTorch's fused

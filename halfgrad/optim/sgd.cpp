@@ -75,6 +75,39 @@ void SGD::update(Tensor& p, Tensor& grad, SGDState& state, const SGDOptions& o, 
   p.add_(d_p, -o.lr);
 }
 
+std::map<std::string, double> SGD::save_options(const SGDOptions& o) const {
+  return {{"lr", o.lr},
+          {"momentum", o.momentum},
+          {"dampening", o.dampening},
+          {"weight_decay", o.weight_decay},
+          {"nesterov", o.nesterov ? 1.0 : 0.0}};
+}
+
+SGDOptions SGD::load_options(detail::OptionReader& r) const {
+  SGDOptions o;
+  o.lr = r.number("lr");
+  o.momentum = r.number("momentum");
+  o.dampening = r.number("dampening");
+  o.weight_decay = r.number("weight_decay");
+  o.nesterov = r.flag("nesterov");
+  return o;
+}
+
+std::map<std::string, Tensor> SGD::save_state(const SGDState& s) const {
+  if (!s.momentum_buffer.defined()) return {};
+  // CUDA: a buffer that no applied step wrote yet (the first step was skipped)
+  // is no buffer: the next step starts it. Reading the count waits for the GPU.
+  if (s.device_step.defined() && s.device_step.item<float>() == 0.0f) return {};
+  return {{"momentum_buffer", s.momentum_buffer.detach().clone()}};
+}
+
+SGDState SGD::load_state(detail::BufferReader& r, const SGDOptions& o) const {
+  (void)o;  // a buffer saved with momentum is kept even if the loaded momentum is 0 (it is then unused)
+  SGDState s;
+  if (r.has("momentum_buffer")) s.momentum_buffer = r.like_param("momentum_buffer");
+  return s;  // the CUDA path makes its device_step (1: written) from the buffer on its next step
+}
+
 void SGD::update_fused_device(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                               const std::vector<SGDState*>& states, const SGDOptions& o,
                               const amp::ScalerStep& scaler) {

@@ -35,6 +35,10 @@ class SGD : public OptimizerImpl<SGDOptions, SGDState> {
  protected:
   void check_options(const SGDOptions& o) const override;
   void update(Tensor& param, Tensor& grad, SGDState& state, const SGDOptions& o, const Tensor& inv_scale) override;
+  std::map<std::string, double> save_options(const SGDOptions& o) const override;
+  SGDOptions load_options(detail::OptionReader& r) const override;
+  std::map<std::string, Tensor> save_state(const SGDState& s) const override;
+  SGDState load_state(detail::BufferReader& r, const SGDOptions& o) const override;
   bool has_fused_device_update() const override { return true; }
   void update_fused_device(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                            const std::vector<SGDState*>& states, const SGDOptions& o,

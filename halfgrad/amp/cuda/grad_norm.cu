@@ -1,0 +1,251 @@
+// The gradient norm and clip kernels (amp/cuda/grad_norm_cuda.h), on the
+// multi-tensor launches of amp/cuda/multi_tensor.cuh. The per-element term,
+// the finish and the clip coefficient are amp/grad_norm.h's, as on the CPU.
+#include <cuda_runtime.h>
+
+#include <type_traits>
+
+#include <halfgrad/amp/cuda/grad_norm_cuda.h>
+#include <halfgrad/amp/cuda/multi_tensor.cuh>
+#include <halfgrad/amp/grad_norm.h>
+#include <halfgrad/core/error.h>
+#include <halfgrad/core/half.h>
+#include <halfgrad/ops/ops.h>
+
+namespace halfgrad::amp::cuda_kernels {
+namespace {
+
+using cuda_mt::kChunk;
+using cuda_mt::kThreads;
+using cuda_mt::Pack;
+using grad_norm::Mode;
+
+constexpr int kMaxTensors = 128;
+
+enum Kind : uint8_t { kFloat32, kFloat16, kBFloat16, kFloat64 };
+
+struct TensorList {
+  void* data[kMaxTensors];
+  int64_t numel[kMaxTensors];
+  int32_t chunk_begin[kMaxTensors + 1];
+  uint8_t kind[kMaxTensors];
+  uint8_t vec[kMaxTensors];  // base address 16-byte aligned: vector loads
+  int32_t count;
+};
+
+struct NormArgs : TensorList {
+  double* partials;  // one per block of this launch
+  double p;
+  int mode;
+};
+static_assert(sizeof(NormArgs) <= cuda_mt::kMaxParamBytes, "NormArgs must fit in the kernel parameters");
+
+struct ClipArgs : TensorList {
+  const float* total;
+  float max_norm;
+};
+static_assert(sizeof(ClipArgs) <= cuda_mt::kMaxParamBytes, "ClipArgs must fit in the kernel parameters");
+
+// Block-wide sum (or max) in double; every thread gets the result.
+__device__ double block_reduce(double v, bool is_max) {
+  __shared__ double shared[kThreads / 32];
+  for (int o = 16; o > 0; o /= 2) {
+    const double w = __shfl_down_sync(0xffffffffu, v, o);
+    v = is_max ? (w > v ? w : v) : v + w;
+  }
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = threadIdx.x < kThreads / 32 ? shared[threadIdx.x] : 0.0;
+  if (warp == 0)
+    for (int o = 16; o > 0; o /= 2) {
+      const double w = __shfl_down_sync(0xffffffffu, v, o);
+      v = is_max ? (w > v ? w : v) : v + w;
+    }
+  return v;  // valid in thread 0
+}
+
+// One thread's terms over its elements of [begin, end), accumulated in A.
+template <typename T>
+__device__ void norm_range(const T* p, int64_t begin, int64_t end, bool vec, Mode mode, double pw, double& out,
+                           bool& nan) {
+  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  const A pa = static_cast<A>(pw);
+  A acc = 0;
+  auto add = [&](A v) {
+    if (mode == grad_norm::kInf) {
+      const A a = v < A(0) ? -v : v;
+      nan |= v != v;
+      acc = a > acc ? a : acc;
+    } else {
+      acc += grad_norm::term(v, mode, pa);
+    }
+  };
+  if (vec) {
+    constexpr int V = Pack<T>::kSize;
+    const int64_t vend = begin + (end - begin) / V * V;
+    for (int64_t i = begin + static_cast<int64_t>(threadIdx.x) * V; i < vend;
+         i += static_cast<int64_t>(blockDim.x) * V) {
+      const Pack<T> pk = *reinterpret_cast<const Pack<T>*>(p + i);
+#pragma unroll
+      for (int j = 0; j < V; ++j) add(static_cast<A>(pk.v[j]));
+    }
+    begin = vend;
+  }
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) add(static_cast<A>(p[i]));
+  out = static_cast<double>(acc);
+}
+
+__global__ void __launch_bounds__(kThreads) norm_kernel(const __grid_constant__ NormArgs a) {
+  const int t = cuda_mt::find_tensor(a.chunk_begin, a.count);
+  const int64_t begin = static_cast<int64_t>(blockIdx.x - a.chunk_begin[t]) * kChunk;
+  const int64_t end = min(a.numel[t], begin + kChunk);
+  const Mode mode = static_cast<Mode>(a.mode);
+  const bool vec = a.vec[t] != 0;
+  double acc = 0.0;
+  bool nan = false;
+  switch (a.kind[t]) {  // the same for the whole block: no divergence
+    case kFloat32: norm_range(static_cast<const float*>(a.data[t]), begin, end, vec, mode, a.p, acc, nan); break;
+    case kFloat16: norm_range(static_cast<const Half*>(a.data[t]), begin, end, vec, mode, a.p, acc, nan); break;
+    case kBFloat16: norm_range(static_cast<const BFloat16*>(a.data[t]), begin, end, vec, mode, a.p, acc, nan); break;
+    case kFloat64: norm_range(static_cast<const double*>(a.data[t]), begin, end, vec, mode, a.p, acc, nan); break;
+  }
+  const bool any_nan = __syncthreads_or(nan);
+  const double r = block_reduce(acc, mode == grad_norm::kInf);
+  if (threadIdx.x == 0) a.partials[blockIdx.x] = any_nan ? __longlong_as_double(0x7ff8000000000000LL) : r;
+}
+
+// One block: the partials in a fixed order (thread t takes t, t + 256, ...),
+// then the norm, in double, stored as float32.
+__global__ void __launch_bounds__(kThreads) finish_kernel(const double* partials, int64_t n, int mode, double p,
+                                                          float* total) {
+  const bool is_max = mode == grad_norm::kInf;
+  double acc = 0.0;
+  bool nan = false;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const double v = partials[i];
+    nan |= v != v;
+    acc = is_max ? (v > acc ? v : acc) : acc + v;
+  }
+  const bool any_nan = __syncthreads_or(nan);
+  const double r = block_reduce(acc, is_max);
+  if (threadIdx.x == 0)
+    *total = any_nan ? __int_as_float(0x7fc00000) : static_cast<float>(grad_norm::finish(r, static_cast<Mode>(mode), p));
+}
+
+template <typename T>
+__device__ void scale_range(T* p, int64_t begin, int64_t end, bool vec, float coef) {
+  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  const A c = static_cast<A>(coef);
+  if (vec) {
+    constexpr int V = Pack<T>::kSize;
+    const int64_t vend = begin + (end - begin) / V * V;
+    for (int64_t i = begin + static_cast<int64_t>(threadIdx.x) * V; i < vend;
+         i += static_cast<int64_t>(blockDim.x) * V) {
+      Pack<T> pk = *reinterpret_cast<const Pack<T>*>(p + i);
+#pragma unroll
+      for (int j = 0; j < V; ++j) pk.v[j] = static_cast<T>(static_cast<A>(pk.v[j]) * c);
+      *reinterpret_cast<Pack<T>*>(p + i) = pk;
+    }
+    begin = vend;
+  }
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) p[i] = static_cast<T>(static_cast<A>(p[i]) * c);
+}
+
+__global__ void __launch_bounds__(kThreads) clip_kernel(const __grid_constant__ ClipArgs a) {
+  // The coefficient is computed here, on the device: the host never reads the norm.
+  const float coef = grad_norm::clip_coef(*a.total, a.max_norm);
+  if (coef == 1.0f) return;  // x * 1 == x: save the stores
+  const int t = cuda_mt::find_tensor(a.chunk_begin, a.count);
+  const int64_t begin = static_cast<int64_t>(blockIdx.x - a.chunk_begin[t]) * kChunk;
+  const int64_t end = min(a.numel[t], begin + kChunk);
+  const bool vec = a.vec[t] != 0;
+  switch (a.kind[t]) {
+    case kFloat32: scale_range(static_cast<float*>(a.data[t]), begin, end, vec, coef); break;
+    case kFloat16: scale_range(static_cast<Half*>(a.data[t]), begin, end, vec, coef); break;
+    case kBFloat16: scale_range(static_cast<BFloat16*>(a.data[t]), begin, end, vec, coef); break;
+    case kFloat64: scale_range(static_cast<double*>(a.data[t]), begin, end, vec, coef); break;
+  }
+}
+
+Kind kind_of(const Tensor& g) {
+  switch (g.dtype()) {
+    case DType::Float32: return kFloat32;
+    case DType::Float16: return kFloat16;
+    case DType::BFloat16: return kBFloat16;
+    case DType::Float64: return kFloat64;
+    default: fail("clip_grad_norm_: gradient {} is not a floating tensor", g.describe());
+  }
+}
+
+void check_list(const char* op, const std::vector<Tensor>& grads) {
+  for (const Tensor& g : grads) {
+    HG_CHECK(g.device().is_cuda() && g.device() == grads[0].device() && g.is_contiguous(),
+             "{}: gradient {} must be a contiguous tensor on {}", op, g.describe(), grads[0].device().str());
+    kind_of(g);
+  }
+}
+
+template <typename Args>
+void fill(Args& a, int slot, const Tensor& g) {
+  a.data[slot] = g.data_ptr();
+  a.numel[slot] = g.numel();
+  a.kind[slot] = kind_of(g);
+  a.vec[slot] = cuda_mt::aligned16(g.data_ptr());
+}
+
+int64_t total_chunks(const std::vector<Tensor>& grads) {
+  int64_t n = 0;
+  for (const Tensor& g : grads) n += (g.numel() + kChunk - 1) / kChunk;
+  return n;
+}
+
+}  // namespace
+
+Tensor multi_tensor_norm(const std::vector<Tensor>& grads, double norm_type) {
+  constexpr const char* op = "clip_grad_norm_ (multi_tensor_norm)";
+  check_list(op, grads);
+  const Device device = grads[0].device();
+  cuda_mt::DeviceGuard guard(device.index());
+  const int64_t chunks = total_chunks(grads);
+  // one float64 partial per chunk, from the pool on the current stream
+  Tensor partials = empty({chunks > 0 ? chunks : 1}, TensorOptions(DType::Float64, device));
+  Tensor total = empty({}, TensorOptions(DType::Float32, device));
+  const Mode mode = grad_norm::mode_of(norm_type);
+  NormArgs args{};
+  args.p = norm_type;
+  args.mode = mode;
+  double* next = static_cast<double*>(partials.data_ptr());
+  cuda_mt::pack_launches<kMaxTensors>(
+      args, grads.size(), [&](size_t i) { return grads[i].numel(); },
+      [&](NormArgs& a, int slot, size_t i) { fill(a, slot, grads[i]); },
+      [&](NormArgs& a, unsigned blocks) {
+        a.partials = next;
+        norm_kernel<<<blocks, kThreads, 0, cuda_mt::stream()>>>(a);
+        HG_CUDA_CHECK(cudaGetLastError());
+        next += blocks;
+      });
+  finish_kernel<<<1, kThreads, 0, cuda_mt::stream()>>>(static_cast<const double*>(partials.data_ptr()), chunks,
+                                                        mode, norm_type, static_cast<float*>(total.data_ptr()));
+  HG_CUDA_CHECK(cudaGetLastError());
+  return total;
+}
+
+void multi_tensor_clip(const std::vector<Tensor>& grads, const Tensor& total_norm, double max_norm) {
+  constexpr const char* op = "clip_grad_norm_ (multi_tensor_clip)";
+  check_list(op, grads);
+  cuda_mt::DeviceGuard guard(grads[0].device().index());
+  ClipArgs args{};
+  args.total = static_cast<const float*>(total_norm.data_ptr());
+  args.max_norm = static_cast<float>(max_norm);
+  cuda_mt::pack_launches<kMaxTensors>(
+      args, grads.size(), [&](size_t i) { return grads[i].numel(); },
+      [&](ClipArgs& a, int slot, size_t i) { fill(a, slot, grads[i]); },
+      [&](const ClipArgs& a, unsigned blocks) {
+        clip_kernel<<<blocks, kThreads, 0, cuda_mt::stream()>>>(a);
+        HG_CUDA_CHECK(cudaGetLastError());
+      });
+  for (const Tensor& g : grads) g.bump_version();
+}
+
+}  // namespace halfgrad::amp::cuda_kernels
