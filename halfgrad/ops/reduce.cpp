@@ -150,7 +150,6 @@ Tensor amax_impl(OpId id, bool is_min, const Tensor& a, const Shape& dims_in, bo
   for (int64_t d : dims)
     HG_CHECK(a.shape()[d] > 0, "{}: dimension {} of {} is empty (the {} of no elements is not defined)", name, d,
              a.describe(), is_min ? "minimum" : "maximum");
-  HG_CHECK(a.dim() > 0 || a.numel() > 0, "{}: input {} is empty", name, a.describe());
   const Shape in_shape = a.shape();
   const ReduceOp op = is_min ? ReduceOp::Min : ReduceOp::Max;
   return dispatch::call(
