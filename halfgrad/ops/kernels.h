@@ -55,7 +55,10 @@ enum class ReduceOp : uint8_t { Sum, Mean, Max, ArgMax, Min, ArgMin };
 // first index.
 inline bool is_arg_reduce(ReduceOp op) { return op == ReduceOp::ArgMax || op == ReduceOp::ArgMin; }
 inline bool is_sum_reduce(ReduceOp op) { return op == ReduceOp::Sum || op == ReduceOp::Mean; }
-void reduce(ReduceOp op, const Tensor& in, const std::vector<int64_t>& dims, const Tensor& out);
+// Max/Min with `indices` defined (int64, contiguous, out's shape): the same
+// pass also writes each result's position in its reduced row (max(x, dim)).
+void reduce(ReduceOp op, const Tensor& in, const std::vector<int64_t>& dims, const Tensor& out,
+            const Tensor& indices = Tensor());
 
 // out[b] = a[b] @ b[b] (+ bias) (+ beta * out): a [.., m, k], b [.., k, n], out [.., m, n]
 // with 2 or 3 dims (the batch dim of a or b may be stride 0); any strides for

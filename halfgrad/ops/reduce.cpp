@@ -2,6 +2,8 @@
 // gradient back over the reduced dims (a stride-0 view, no copy); max(dim) and
 // min(dim) send it to the returned index only, amax/amin and the full max/min
 // split it evenly between ties.
+#include <memory>
+
 #include <halfgrad/core/alias.h>
 #include <halfgrad/ops/dispatch.h>
 #include <halfgrad/ops/kernels.h>
@@ -104,9 +106,9 @@ Tensor arg_impl(bool is_min, const Tensor& a, int64_t dim, bool keepdim) {
                                });
 }
 
-// max(x, dim) / min(x, dim): the values and their first indices (NaN wins).
-// The gradient goes to the returned index only (PyTorch's value_selecting_reduction_backward).
-// Two kernel passes (values, then indices).
+// max(x, dim) / min(x, dim): the values and their first indices (NaN wins),
+// from one kernel pass. The gradient goes to the returned index only
+// (PyTorch's value_selecting_reduction_backward).
 std::tuple<Tensor, Tensor> extreme_dim(bool is_min, const Tensor& a, int64_t dim, bool keepdim) {
   const char* name = is_min ? "min" : "max";
   ops::check_defined(name, {{"input", &a}});
@@ -116,22 +118,36 @@ std::tuple<Tensor, Tensor> extreme_dim(bool is_min, const Tensor& a, int64_t dim
   HG_CHECK(a.dim() == 0 || a.shape()[d] > 0,
            "{}: dimension {} of {} is empty (the {} of no elements is not defined); use amax/amin over other dims",
            name, d, a.describe(), name);
-  const Tensor idx = arg_impl(is_min, a, d, keepdim);
-  if (a.dim() == 0) return {a, idx};
+  if (a.dim() == 0) return {a, arg_impl(is_min, a, d, keepdim)};
   const Shape in_shape = a.shape();
-  const Tensor idx_keep = keepdim ? idx : idx.unsqueeze(d);
+  const Shape kept = keepdim_shape(in_shape, {d});
+  // the forward's indices (kept dims), for the caller and for the backward
+  auto indices = std::make_shared<Tensor>();
   const ReduceOp op = is_min ? ReduceOp::Min : ReduceOp::Max;
   Tensor values = dispatch::call(
       is_min ? OpId::min : OpId::max, {a},
-      [d, keepdim, op](const std::vector<Tensor>& in) { return reduce_kernel(op, in[0], {d}, keepdim, in[0].dtype()); },
-      [d, in_shape, idx_keep](const Saved&, const Tensor& g) -> Grads {
+      [d, kept, op, indices](const std::vector<Tensor>& in) {
+        Tensor out = make_tensor(kept, in[0].options());
+        *indices = make_tensor(kept, TensorOptions(DType::Int64, in[0].device()));
+        kernels::reduce(op, in[0], {d}, out, *indices);
+        // version-checked: an in-place change of the returned indices before backward is an Error
+        if (dispatch::recording()) dispatch::save_for_backward(*indices);
+        return out;
+      },
+      [d, in_shape](const Saved& s, const Tensor& g) -> Grads {
         Shape pos_shape(in_shape.size(), 1);
         pos_shape[d] = in_shape[d];
         const Tensor pos = arange(in_shape[d], TensorOptions(DType::Int64, g.device())).reshape(pos_shape);
-        const Tensor hit = ops::broadcast_to(eq(pos, idx_keep), in_shape);
+        const Tensor hit = ops::broadcast_to(eq(pos, s.extra(0)), in_shape);
         return {where(hit, expand_grad(g, in_shape, {d}), ops::scalar_tensor(0.0, g.dtype(), g.device()))};
       },
       Save::Nothing);
+  Tensor idx = *indices;
+  if (!keepdim) {
+    const Shape sq = squeezed_shape(in_shape, {d});
+    values = values.reshape(sq);
+    idx = alias_with(idx, sq, contiguous_strides(sq), 0);
+  }
   return {values, idx};
 }
 

@@ -9,6 +9,8 @@
 #include <functional>
 #include <limits>
 
+#include <halfgrad/amp/policy.h>
+
 #include "test_util.h"
 
 using namespace halfgrad;
@@ -439,4 +441,25 @@ TEST_CASE("errors of the new reductions", "[ops][reduce][errors]") {
       {"isclose shapes", [] { (void)isclose(ones({2}), ones({3})); }, {"isclose"}},
       {"undefined input", [] { (void)amax(Tensor(), {}); }, {"amax", "undefined"}},
   });
+}
+
+TEST_CASE("max(dim) saves its indices for backward: changing them in place is an Error", "[ops][reduce][backward]") {
+  const Tensor x = hgtest::leaf_distinct({3, 4});
+  auto [v, i] = max(x, 1);
+  i.fill_(0);
+  REQUIRE_THROWS_AS(v.sum().backward(), Error);
+  // without a backward the indices are the caller's to change
+  autograd::NoGradGuard no_grad;
+  auto [v2, i2] = min(x, 0);
+  REQUIRE_NOTHROW(i2.fill_(0));
+}
+
+TEST_CASE("autocast rows: logsumexp and norm are fp32 ops on CUDA, the others have none", "[ops][reduce][amp]") {
+  using amp::CastPolicy;
+  CHECK(amp::lookup_policy(DeviceType::CUDA, "logsumexp") == CastPolicy::Fp32);
+  CHECK(amp::lookup_policy(DeviceType::CUDA, "norm") == CastPolicy::Fp32);
+  for (const char* op : {"logsumexp", "norm", "min", "amax", "all", "isclose", "remainder", "fmod"})
+    CHECK_FALSE(amp::lookup_policy(DeviceType::CPU, op).has_value());
+  for (const char* op : {"min", "argmin", "amax", "amin", "all", "any", "isnan", "remainder", "fmod"})
+    CHECK_FALSE(amp::lookup_policy(DeviceType::CUDA, op).has_value());
 }

@@ -88,7 +88,7 @@ void block_extreme(const T* p, int64_t n, racc_t<T>& best, int64_t& arg) {
 }
 
 template <typename T>
-void reduce_inner(ReduceOp op, const T* in, int64_t outer, int64_t r, const Tensor& out) {
+void reduce_inner(ReduceOp op, const T* in, int64_t outer, int64_t r, const Tensor& out, int64_t* indices) {
   using A = racc_t<T>;
   // A few long rows (a full sum): the threads share each row's blocks.
   const bool sum_op = op == ReduceOp::Sum || op == ReduceOp::Mean;
@@ -107,6 +107,7 @@ void reduce_inner(ReduceOp op, const T* in, int64_t outer, int64_t r, const Tens
       else block_extreme<false>(p, r, best, arg);
       if (op == ReduceOp::ArgMax || op == ReduceOp::ArgMin) static_cast<int64_t*>(out.data_ptr())[o] = arg;
       else static_cast<T*>(out.data_ptr())[o] = static_cast<T>(best);
+      if (indices) indices[o] = arg;
     }
   }
 }
@@ -167,7 +168,8 @@ void reduce_outer(ReduceOp op, const T* in, int64_t r, int64_t inner, const Tens
 
 }  // namespace
 
-void reduce(ReduceOp op, const Tensor& in, const std::vector<int64_t>& dims, const Tensor& out) {
+void reduce(ReduceOp op, const Tensor& in, const std::vector<int64_t>& dims, const Tensor& out,
+            const Tensor& indices) {
   const kernels::ReducePlan p = kernels::plan_reduce(op, in, dims, out, copy);
   if (p.nothing) return;
   if (p.empty) return fill(out, kernels::empty_reduction_value(op));
@@ -178,7 +180,8 @@ void reduce(ReduceOp op, const Tensor& in, const std::vector<int64_t>& dims, con
     return;
   }
   HG_DISPATCH_NUMERIC(in.dtype(), "reduce", [&] {
-    reduce_inner(op, static_cast<const scalar_t*>(p.rows.data_ptr()), p.outer, p.r, out);
+    reduce_inner(op, static_cast<const scalar_t*>(p.rows.data_ptr()), p.outer, p.r, out,
+                 indices.defined() ? static_cast<int64_t*>(indices.data_ptr()) : nullptr);
   });
 }
 

@@ -208,7 +208,8 @@ void launch_rows(const storage_t<In>* in, const int64_t* in_idx, storage_t<Out>*
 
 // in: [rows, r] contiguous -> out [rows] (values, or int64 positions for argmax).
 template <typename T>
-void reduce_rows(ReduceOp op, const Tensor& in, int64_t rows, int64_t r, const Tensor& out, int device) {
+void reduce_rows(ReduceOp op, const Tensor& in, int64_t rows, int64_t r, const Tensor& out, const Tensor& indices,
+                 int device) {
   using A = racc_t<T>;
   const bool is_arg = kernels::is_arg_reduce(op);
   const bool is_min = op == ReduceOp::Min || op == ReduceOp::ArgMin;
@@ -216,7 +217,7 @@ void reduce_rows(ReduceOp op, const Tensor& in, int64_t rows, int64_t r, const T
   const A divisor = op == ReduceOp::Mean ? static_cast<A>(r) : A(1);
   const auto* src = data_as<storage_t<T>>(in);
   storage_t<T>* out_v = is_arg ? nullptr : data_as<storage_t<T>>(out);
-  int64_t* out_i = is_arg ? data_as<int64_t>(out) : nullptr;
+  int64_t* out_i = is_arg ? data_as<int64_t>(out) : indices.defined() ? data_as<int64_t>(indices) : nullptr;
   // Split long rows when there are too few of them to fill the GPU; each
   // chunk keeps >= 4096 elements (16 per thread).
   const int64_t target = int64_t{sm_count(device)} * 4;
@@ -254,7 +255,8 @@ void reduce_rows(ReduceOp op, const Tensor& in, int64_t rows, int64_t r, const T
 
 }  // namespace
 
-void reduce(ReduceOp op, const Tensor& in, const std::vector<int64_t>& dims, const Tensor& out) {
+void reduce(ReduceOp op, const Tensor& in, const std::vector<int64_t>& dims, const Tensor& out,
+            const Tensor& indices) {
   const int device = common_device("reduce", {&in, &out});
   const kernels::ReducePlan p = kernels::plan_reduce(op, in, dims, out, copy);
   if (p.nothing) return;
@@ -268,7 +270,8 @@ void reduce(ReduceOp op, const Tensor& in, const std::vector<int64_t>& dims, con
                         [&] { reduce_columns<scalar_t>(op, in, p.r, p.outer, out, device); });
     return;
   }
-  HG_DISPATCH_NUMERIC(in.dtype(), "reduce", [&] { reduce_rows<scalar_t>(op, p.rows, p.outer, p.r, out, device); });
+  HG_DISPATCH_NUMERIC(in.dtype(), "reduce",
+                      [&] { reduce_rows<scalar_t>(op, p.rows, p.outer, p.r, out, indices, device); });
 }
 
 }  // namespace halfgrad::cuda_ops
