@@ -201,8 +201,17 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
 
 Tensor remainder(const Tensor& a, const Tensor& b) { return mod_op(OpId::remainder, BinaryOp::Remainder, a, b); }
 Tensor fmod(const Tensor& a, const Tensor& b) { return mod_op(OpId::fmod, BinaryOp::Fmod, a, b); }
-Tensor remainder(const Tensor& a, double b) { return remainder(a, scalar_like(a, b)); }
-Tensor fmod(const Tensor& a, double b) { return fmod(a, scalar_like(a, b)); }
+// An integer tensor by the scalar 0 is an Error on every device (no device read needed).
+Tensor remainder(const Tensor& a, double b) {
+  HG_CHECK(is_floating(a.dtype()) || b != 0,
+           "remainder: ZeroDivisionError: integer division by zero ({} by the scalar 0)", a.describe());
+  return remainder(a, scalar_like(a, b));
+}
+Tensor fmod(const Tensor& a, double b) {
+  HG_CHECK(is_floating(a.dtype()) || b != 0, "fmod: ZeroDivisionError: integer division by zero ({} by the scalar 0)",
+           a.describe());
+  return fmod(a, scalar_like(a, b));
+}
 
 Tensor add(const Tensor& a, double b) { return add(a, scalar_like(a, b)); }
 Tensor sub(const Tensor& a, double b) { return sub(a, scalar_like(a, b)); }

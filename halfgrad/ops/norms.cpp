@@ -117,10 +117,9 @@ Tensor norm(const Tensor& a, double p, const Shape& dims_in, bool keepdim) {
   HG_CHECK(!std::isnan(p), "norm: p is NaN for input {}; give a number, inf or -inf", a.describe());
   const auto dims = ops::normalize_dims("norm", dims_in, a.dim());
   const Shape in_shape = a.shape();
-  if (std::isinf(p) && any_reduced_empty(in_shape, dims)) {
-    HG_CHECK(false, "norm: p = {} over an empty dimension of {} is not defined (no elements to take the {} of)", p,
-             a.describe(), p > 0 ? "max" : "min");
-  }
+  HG_CHECK(!(std::isinf(p) && any_reduced_empty(in_shape, dims)),
+           "norm: p = {} over an empty dimension of {} is not defined (no elements to take the {} of)", p,
+           a.describe(), p > 0 ? "max" : "min");
   return dispatch::call(
       OpId::norm, {a},
       [p, dims, keepdim, in_shape](const std::vector<Tensor>& in) {
