@@ -81,6 +81,11 @@ TEST_CASE("remainder and fmod: signs of the divisor and of the dividend", "[ops]
   const Tensor d = tensor(std::vector<int64_t>{-1, 3}, {2});
   CHECK(hgtest::ivalues(remainder(m, d)) == std::vector<int64_t>{0, lo % 3 + 3});
   CHECK(hgtest::ivalues(fmod(m, d)) == std::vector<int64_t>{0, lo % 3});
+  // 0-d and empty
+  CHECK(remainder(full({}, -7.0), full({}, 3.0)).item<double>() == 2.0);
+  CHECK(fmod(full({}, -7.0), 3.0).item<double>() == -1.0);
+  CHECK(remainder(zeros({0, 2}), ones({2})).shape() == Shape{0, 2});
+  CHECK(remainder(zeros({0}, TensorOptions(DType::Int64)), zeros({0}, TensorOptions(DType::Int64))).numel() == 0);
   // mixed dtypes promote; an int tensor with a fractional scalar gives float32
   const Tensor i = hgtest::make({7, -7}, {2}, DType::Int64);
   CHECK(remainder(i, 2.5).dtype() == DType::Float32);
