@@ -158,6 +158,8 @@ TEST_CASE("clamp with tensor bounds: broadcasting, min > max, NaN", "[ops][eleme
   HG_CHECK_EXACT(clamp_min(x, 0.0), (std::vector<double>{0, 0, 0.5, 2}));
   HG_CHECK_EXACT(clamp_max(x, 0.0), (std::vector<double>{-2, -0.5, 0, 0}));
   HG_CHECK_EXACT(x.clamp(-1.0, 1.0), (std::vector<double>{-1, -0.5, 0.5, 1}));
+  HG_CHECK_EXACT(clamp(x, -1, 1), (std::vector<double>{-1, -0.5, 0.5, 1}));  // int literals: the scalar form
+  HG_CHECK_EXACT(x.clamp(0, std::nullopt), (std::vector<double>{0, 0, 0.5, 2}));
   HG_CHECK_EXACT(x.clamp_min(1.0), (std::vector<double>{1, 1, 1, 2}));
   HG_CHECK_EXACT(x.clamp_max(-1.0), (std::vector<double>{-2, -1, -1, -1}));
   // min > max gives max; NaN in x or in a bound propagates (PyTorch)
