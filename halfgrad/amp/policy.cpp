@@ -127,11 +127,12 @@ const std::vector<Builtin> kCpu = {
   "add", "sub", "mul", "div", "maximum", "minimum", "neg", "sqrt", "abs", "relu", "gelu", "sigmoid", "tanh",  \
       "clamp", "eq", "ne", "lt", "le", "gt", "ge", "where", "mean", "max", "argmax", "dropout", "view",       \
       "permute", "narrow", "slice", "unsqueeze", "squeeze", "expand", "clone", "contiguous", "to",           \
-      "to_device", "fill", "copy", "sort", "argsort", "topk"
+      "to_device", "fill", "copy", "sort", "argsort", "topk", "min", "argmin", "amax", "amin", "all", "any",     \
+      "isclose", "isnan", "isinf", "isfinite", "remainder", "fmod"
 constexpr std::string_view kNoRowCuda[] = {HG_NO_ROW_BOTH};
 // PyTorch's CPU lists are shorter: these take fp32 on CUDA only.
 constexpr std::string_view kNoRowCpu[] = {HG_NO_ROW_BOTH, "exp", "log", "pow", "softmax", "log_softmax", "sum",
-                                              "cumsum"};
+                                          "cumsum", "logsumexp", "norm"};
 #undef HG_NO_ROW_BOTH
 
 struct Table {

@@ -222,9 +222,37 @@ class Tensor {
   Tensor softmax(int64_t dim) const;
   Tensor log_softmax(int64_t dim) const;
   Tensor max() const;
-  Tensor max(int64_t dim, bool keepdim = false) const;  // values only (halfgrad's max(dim) has no tuple)
+  std::tuple<Tensor, Tensor> max(int64_t dim, bool keepdim = false) const;  // (values, int64 indices)
+  Tensor min() const;
+  std::tuple<Tensor, Tensor> min(int64_t dim, bool keepdim = false) const;  // (values, int64 indices)
   Tensor argmax() const;
   Tensor argmax(int64_t dim, bool keepdim = false) const;
+  Tensor argmin() const;
+  Tensor argmin(int64_t dim, bool keepdim = false) const;
+  Tensor amax(const Shape& dims = {}, bool keepdim = false) const;
+  Tensor amin(const Shape& dims = {}, bool keepdim = false) const;
+  Tensor logsumexp(const Shape& dims, bool keepdim = false) const;
+  Tensor norm(double p = 2.0, const Shape& dims = {}, bool keepdim = false) const;
+  Tensor all() const;
+  Tensor all(int64_t dim, bool keepdim = false) const;
+  Tensor any() const;
+  Tensor any(int64_t dim, bool keepdim = false) const;
+  bool equal(const Tensor& other) const;
+  bool allclose(const Tensor& other, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false) const;
+  Tensor isclose(const Tensor& other, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false) const;
+  Tensor isnan() const;
+  Tensor isinf() const;
+  Tensor isfinite() const;
+  Tensor remainder(const Tensor& other) const;
+  Tensor remainder(double other) const;
+  Tensor fmod(const Tensor& other) const;
+  Tensor fmod(double other) const;
+  Tensor clamp(std::optional<double> min, std::optional<double> max) const;
+  Tensor clamp(const std::optional<Tensor>& min, const std::optional<Tensor>& max) const;
+  Tensor clamp_min(double min) const;
+  Tensor clamp_min(const Tensor& min) const;
+  Tensor clamp_max(double max) const;
+  Tensor clamp_max(const Tensor& max) const;
   Tensor sum(int64_t dim, bool keepdim = false) const { return sum(Shape{dim}, keepdim); }
   Tensor mean(int64_t dim, bool keepdim = false) const { return mean(Shape{dim}, keepdim); }
   // ops/sort_ops.h (defined in ops/sort.cpp)

@@ -86,9 +86,37 @@ Tensor masked_grad(const Tensor& g, const Tensor& mask) {
   return where(mask, g, ops::scalar_tensor(0.0, g.dtype(), g.device()));
 }
 
-// maximum/minimum: the winner gets g, a tie gives each side g / 2 (as PyTorch).
-Tensor tie_split_grad(const Tensor& g, const Tensor& wins, const Tensor& ties) {
-  return where(wins, g, where(ties, mul(g, 0.5), ops::scalar_tensor(0.0, g.dtype(), g.device())));
+// maximum/minimum, as PyTorch: the loser gets 0, a tie gives each side g / 2,
+// otherwise g (so where a NaN was taken, both sides get g).
+Tensor tie_split_grad(const Tensor& g, const Tensor& loses, const Tensor& ties) {
+  return where(loses, ops::scalar_tensor(0.0, g.dtype(), g.device()), where(ties, mul(g, 0.5), g));
+}
+
+Tensor logical_and(const Tensor& a, const Tensor& b) { return where(a, b, a); }
+Tensor logical_or(const Tensor& a, const Tensor& b) { return where(a, a, b); }
+
+// remainder/fmod: a binary kernel; integer divisors of 0 are an Error on the
+// CPU (a host read of b); on CUDA the kernel gives 0 (it cannot throw).
+Tensor mod_op(OpId id, BinaryOp op, const Tensor& a0, const Tensor& b0) {
+  const std::string_view name = op_name(id);
+  ops::check_defined(name, {{"input", &a0}, {"other", &b0}});
+  const DType dt = promote_types(a0.dtype(), b0.dtype());
+  HG_CHECK(dt != DType::Bool, "{}: bool inputs {} and {} are not supported; cast them first, e.g. .to(int64)", name,
+           a0.describe(), b0.describe());
+  if (!is_floating(dt) && b0.device().is_cpu() && b0.numel() > 0) {
+    const bool zero = any(eq(b0, 0.0)).item<bool>();
+    HG_CHECK(!zero, "{}: ZeroDivisionError: integer division by zero (the divisor {} holds a 0; input {})", name,
+             b0.describe(), a0.describe());
+  }
+  // grad_b = -g * floor(a / b) (remainder) or -g * trunc(a / b) (fmod), computed
+  // as -g * (a - out) / b: a - out is the multiple of b that was taken away.
+  return binary_op(id, op, a0, b0, false, 1.0,
+                   [](const Saved& s, const Tensor& g) -> Grads {
+                     const Tensor &x = s.input(0), &y = s.input(1);
+                     const Tensor q = div(sub(x, s.output()), y);
+                     return {sum_to(g, x.shape()), sum_to(neg(mul(g, q)), y.shape())};
+                   },
+                   Save::Both);
 }
 
 }  // namespace
@@ -154,8 +182,8 @@ Tensor maximum(const Tensor& a, const Tensor& b) {
   return binary_op(OpId::maximum, BinaryOp::Maximum, a, b, false, 1.0,
                    [](const Saved& s, const Tensor& g) -> Grads {
                      const Tensor &x = s.input(0), &y = s.input(1);
-                     return {sum_to(tie_split_grad(g, gt(x, y), eq(x, y)), x.shape()),
-                             sum_to(tie_split_grad(g, lt(x, y), eq(x, y)), y.shape())};
+                     return {sum_to(tie_split_grad(g, lt(x, y), eq(x, y)), x.shape()),
+                             sum_to(tie_split_grad(g, gt(x, y), eq(x, y)), y.shape())};
                    },
                    Save::Inputs);
 }
@@ -165,10 +193,24 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
   return binary_op(OpId::minimum, BinaryOp::Minimum, a, b, false, 1.0,
                    [](const Saved& s, const Tensor& g) -> Grads {
                      const Tensor &x = s.input(0), &y = s.input(1);
-                     return {sum_to(tie_split_grad(g, lt(x, y), eq(x, y)), x.shape()),
-                             sum_to(tie_split_grad(g, gt(x, y), eq(x, y)), y.shape())};
+                     return {sum_to(tie_split_grad(g, gt(x, y), eq(x, y)), x.shape()),
+                             sum_to(tie_split_grad(g, lt(x, y), eq(x, y)), y.shape())};
                    },
                    Save::Inputs);
+}
+
+Tensor remainder(const Tensor& a, const Tensor& b) { return mod_op(OpId::remainder, BinaryOp::Remainder, a, b); }
+Tensor fmod(const Tensor& a, const Tensor& b) { return mod_op(OpId::fmod, BinaryOp::Fmod, a, b); }
+// An integer tensor by the scalar 0 is an Error on every device (no device read needed).
+Tensor remainder(const Tensor& a, double b) {
+  HG_CHECK(is_floating(a.dtype()) || b != 0,
+           "remainder: ZeroDivisionError: integer division by zero ({} by the scalar 0)", a.describe());
+  return remainder(a, scalar_like(a, b));
+}
+Tensor fmod(const Tensor& a, double b) {
+  HG_CHECK(is_floating(a.dtype()) || b != 0, "fmod: ZeroDivisionError: integer division by zero ({} by the scalar 0)",
+           a.describe());
+  return fmod(a, scalar_like(a, b));
 }
 
 Tensor add(const Tensor& a, double b) { return add(a, scalar_like(a, b)); }
@@ -286,6 +328,80 @@ Tensor clamp(const Tensor& a, std::optional<double> min, std::optional<double> m
                   },
                   Save::Both, {lo, hi}, false);
 }
+
+Tensor clamp(const Tensor& a0, const std::optional<Tensor>& min0, const std::optional<Tensor>& max0) {
+  HG_CHECK(min0 || max0, "clamp: at least one of min and max must be given");
+  ops::check_defined("clamp", {{"input", &a0}});
+  if (min0) ops::check_defined("clamp", {{"min", &*min0}});
+  if (max0) ops::check_defined("clamp", {{"max", &*max0}});
+  DType dt = a0.dtype();
+  if (min0) dt = promote_types(dt, min0->dtype());
+  if (max0) dt = promote_types(dt, max0->dtype());
+  HG_CHECK(dt != DType::Bool, "clamp: bool input {} is not supported; cast it first", a0.describe());
+  const bool has_min = min0.has_value(), has_max = max0.has_value();
+  std::vector<Tensor> inputs{a0.to(dt)};
+  Shape shape = a0.shape();
+  if (has_min) {
+    inputs.push_back(min0->to(dt));
+    shape = ops::broadcast_shapes("clamp", shape, min0->shape());
+  }
+  if (has_max) {
+    inputs.push_back(max0->to(dt));
+    shape = ops::broadcast_shapes("clamp", shape, max0->shape());
+  }
+  return dispatch::call(
+      OpId::clamp, inputs,
+      [has_min, has_max, shape](const std::vector<Tensor>& in) {
+        // minimum(maximum(x, min), max): a NaN anywhere propagates
+        Tensor t = ops::broadcast_to(in[0], shape);
+        if (has_min) t = binary_kernel(BinaryOp::Maximum, t, in[1], shape);
+        if (has_max) t = binary_kernel(BinaryOp::Minimum, t, in[has_min ? 2 : 1], shape);
+        return t.is_contiguous() ? t : t.contiguous();
+      },
+      [has_min, has_max](const Saved& s, const Tensor& g) -> Grads {
+        // PyTorch's clamp_backward / clamp_backward_min_max
+        const Tensor& x = s.input(0);
+        const Tensor lo = has_min ? s.input(1) : Tensor();
+        const Tensor hi = has_max ? s.input(has_min ? 2 : 1) : Tensor();
+        Grads out;
+        if (has_min && has_max) {
+          out.push_back(sum_to(masked_grad(g, ops::broadcast_to(logical_and(ge(x, lo), le(x, hi)), g.shape())),
+                               x.shape()));
+          out.push_back(sum_to(masked_grad(g, ops::broadcast_to(logical_and(lt(x, lo), lt(lo, hi)), g.shape())),
+                               lo.shape()));
+          out.push_back(sum_to(masked_grad(g, ops::broadcast_to(logical_or(gt(x, hi), lt(hi, lo)), g.shape())),
+                               hi.shape()));
+        } else if (has_min) {
+          out.push_back(sum_to(masked_grad(g, ops::broadcast_to(ge(x, lo), g.shape())), x.shape()));
+          out.push_back(sum_to(masked_grad(g, ops::broadcast_to(lt(x, lo), g.shape())), lo.shape()));
+        } else {
+          out.push_back(sum_to(masked_grad(g, ops::broadcast_to(le(x, hi), g.shape())), x.shape()));
+          out.push_back(sum_to(masked_grad(g, ops::broadcast_to(gt(x, hi), g.shape())), hi.shape()));
+        }
+        return out;
+      },
+      Save::Inputs);
+}
+
+Tensor clamp_min(const Tensor& a, double min) { return clamp(a, min, std::nullopt); }
+Tensor clamp_max(const Tensor& a, double max) { return clamp(a, std::nullopt, max); }
+Tensor clamp_min(const Tensor& a, const Tensor& min) { return clamp(a, std::optional<Tensor>(min), std::nullopt); }
+Tensor clamp_max(const Tensor& a, const Tensor& max) { return clamp(a, std::nullopt, std::optional<Tensor>(max)); }
+
+Tensor Tensor::clamp(std::optional<double> min, std::optional<double> max) const {
+  return halfgrad::clamp(*this, min, max);
+}
+Tensor Tensor::clamp(const std::optional<Tensor>& min, const std::optional<Tensor>& max) const {
+  return halfgrad::clamp(*this, min, max);
+}
+Tensor Tensor::clamp_min(double min) const { return halfgrad::clamp_min(*this, min); }
+Tensor Tensor::clamp_min(const Tensor& min) const { return halfgrad::clamp_min(*this, min); }
+Tensor Tensor::clamp_max(double max) const { return halfgrad::clamp_max(*this, max); }
+Tensor Tensor::clamp_max(const Tensor& max) const { return halfgrad::clamp_max(*this, max); }
+Tensor Tensor::remainder(const Tensor& other) const { return halfgrad::remainder(*this, other); }
+Tensor Tensor::remainder(double other) const { return halfgrad::remainder(*this, other); }
+Tensor Tensor::fmod(const Tensor& other) const { return halfgrad::fmod(*this, other); }
+Tensor Tensor::fmod(double other) const { return halfgrad::fmod(*this, other); }
 
 // ---- comparisons and where --------------------------------------------------------------
 Tensor eq(const Tensor& a, const Tensor& b) { return compare_op(OpId::eq, BinaryOp::Eq, a, b); }

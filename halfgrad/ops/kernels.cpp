@@ -72,8 +72,15 @@ void copy(const Tensor& dst, const Tensor& src) {
   cpu::copy(dst, host);
 }
 
-void reduce(ReduceOp op, const Tensor& in, const std::vector<int64_t>& dims, const Tensor& out) {
-  HG_BACKEND(in, cpu::reduce(op, in, dims, out), cuda_ops::reduce(op, in, dims, out));
+void reduce(ReduceOp op, const Tensor& in, const std::vector<int64_t>& dims, const Tensor& out,
+            const Tensor& indices) {
+  if (indices.defined()) {
+    HG_CHECK((op == ReduceOp::Max || op == ReduceOp::Min) && indices.dtype() == DType::Int64 &&
+                 indices.is_contiguous() && indices.shape() == out.shape() && indices.device() == in.device(),
+             "reduce: indices {} must be contiguous int64 of the output's shape {} (max/min only)",
+             indices.describe(), out.describe());
+  }
+  HG_BACKEND(in, cpu::reduce(op, in, dims, out, indices), cuda_ops::reduce(op, in, dims, out, indices));
 }
 
 void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias, float beta) {

@@ -31,6 +31,8 @@ enum class BinaryOp : uint8_t {
   TanhBackward,      // b = tanh output: a * (1 - b * b)
   GeluBackward,      // b = gelu input: a * gelu'(b)
   GeluTanhBackward,  // b = gelu input: a * gelu_tanh'(b)
+  Remainder,         // Python's %: the sign of b (integers: b == 0 gives 0; the CPU op checks first)
+  Fmod,              // C's fmod: the sign of a (integers: b == 0 gives 0)
   Eq, Ne, Lt, Le, Gt, Ge,                     // out dtype = bool
 };
 
@@ -45,11 +47,18 @@ void fill(const Tensor& out, double value);
 // dst = src element by element: same shape, any dtypes, any devices, any strides.
 void copy(const Tensor& dst, const Tensor& src);
 
-enum class ReduceOp : uint8_t { Sum, Mean, Max, ArgMax };
+enum class ReduceOp : uint8_t { Sum, Mean, Max, ArgMax, Min, ArgMin };
 // Reduce `in` over `dims` (sorted, non-negative, unique) into `out`, whose
 // shape is in's shape with those dims set to 1. Float inputs accumulate in
-// float32 (float64 for float64). ArgMax writes int64 indices (one dim only).
-void reduce(ReduceOp op, const Tensor& in, const std::vector<int64_t>& dims, const Tensor& out);
+// float32 (float64 for float64). ArgMax/ArgMin write int64 indices (one dim
+// only). Max/Min/ArgMax/ArgMin: a NaN wins (the first NaN), ties go to the
+// first index.
+inline bool is_arg_reduce(ReduceOp op) { return op == ReduceOp::ArgMax || op == ReduceOp::ArgMin; }
+inline bool is_sum_reduce(ReduceOp op) { return op == ReduceOp::Sum || op == ReduceOp::Mean; }
+// Max/Min with `indices` defined (int64, contiguous, out's shape): the same
+// pass also writes each result's position in its reduced row (max(x, dim)).
+void reduce(ReduceOp op, const Tensor& in, const std::vector<int64_t>& dims, const Tensor& out,
+            const Tensor& indices = Tensor());
 
 // out[b] = a[b] @ b[b] (+ bias) (+ beta * out): a [.., m, k], b [.., k, n], out [.., m, n]
 // with 2 or 3 dims (the batch dim of a or b may be stride 0); any strides for

@@ -23,6 +23,18 @@ HG_MATH_FN(tanh_, tanhf, ::tanh)
 HG_MATH_FN(erf_, erff, ::erf)
 HG_MATH_FN(fabs_, fabsf, ::fabs)
 #undef HG_MATH_FN
+HG_INLINE float fmod_(float x, float y) { return fmodf(x, y); }
+HG_INLINE double fmod_(double x, double y) { return ::fmod(x, y); }
+// Integer fmod without undefined behaviour: a divisor of 0 gives 0 (the CPU op
+// reports it as an Error before the kernel runs; CUDA kernels cannot throw), and
+// -1 gives 0 (INT64_MIN % -1 overflows in C++).
+HG_INLINE int64_t fmod_(int64_t x, int64_t y) { return (y == 0 || y == -1) ? 0 : x % y; }
+// Python's %: fmod, moved to the divisor's sign (PyTorch's remainder kernel).
+template <typename T> HG_INLINE T remainder_(T x, T y) {
+  T r = fmod_(x, y);
+  if (r != T(0) && ((r < T(0)) != (y < T(0)))) r += y;
+  return r;
+}
 HG_INLINE float pow_(float x, float y) { return powf(x, y); }
 HG_INLINE double pow_(double x, double y) { return ::pow(x, y); }
 // PyTorch's powi: squaring in unsigned arithmetic, so overflow wraps around
@@ -132,6 +144,8 @@ HG_INLINE T binary_fn(T x, T y, T alpha) {
   else if constexpr (Op == BinaryOp::TanhBackward) return x * (T(1) - y * y);
   else if constexpr (Op == BinaryOp::GeluBackward) return x * gelu_grad(y);
   else if constexpr (Op == BinaryOp::GeluTanhBackward) return x * gelu_tanh_grad(y);
+  else if constexpr (Op == BinaryOp::Remainder) return remainder_(x, y);
+  else if constexpr (Op == BinaryOp::Fmod) return fmod_(x, y);
   else static_assert(kNoArmFor<Op>, "binary_fn: this arithmetic BinaryOp has no arm");
 }
 
@@ -180,7 +194,7 @@ constexpr bool unary_supports_int(kernels::UnaryOp op) {
 #define HG_ARITH_OPS_SKIPPED                                                                             \
   HG_BOP(Add) HG_BOP(Sub) HG_BOP(Mul) HG_BOP(Div) HG_BOP(Pow) HG_BOP(Maximum) HG_BOP(Minimum)            \
   HG_BOP(ReluBackward) HG_BOP(SigmoidBackward) HG_BOP(TanhBackward) HG_BOP(GeluBackward)                 \
-  HG_BOP(GeluTanhBackward) break;
+  HG_BOP(GeluTanhBackward) HG_BOP(Remainder) HG_BOP(Fmod) break;
 #define HG_BINARY_CASE(X, F) case ::halfgrad::kernels::BinaryOp::X: return F.template operator()<::halfgrad::kernels::BinaryOp::X>();
 #define HG_ARITH_OP_SWITCH(op, F)                                                                        \
   switch (op) {                                                                                        \
@@ -188,6 +202,7 @@ constexpr bool unary_supports_int(kernels::UnaryOp op) {
     HG_BINARY_CASE(Pow, F) HG_BINARY_CASE(Maximum, F) HG_BINARY_CASE(Minimum, F)                      \
     HG_BINARY_CASE(ReluBackward, F) HG_BINARY_CASE(SigmoidBackward, F) HG_BINARY_CASE(TanhBackward, F) \
     HG_BINARY_CASE(GeluBackward, F) HG_BINARY_CASE(GeluTanhBackward, F)                               \
+    HG_BINARY_CASE(Remainder, F) HG_BINARY_CASE(Fmod, F)                                               \
     HG_COMPARE_OPS_SKIPPED                                                                             \
   }
 #define HG_COMPARE_OP_SWITCH(op, F)                                                                      \

@@ -17,9 +17,10 @@
 #define HALFGRAD_OPS(X)                                                                                     \
   /* elementwise */                                                                                         \
   X(add) X(sub) X(mul) X(div) X(pow) X(maximum) X(minimum) X(neg) X(exp) X(log) X(sqrt) X(abs) X(relu)      \
-  X(gelu) X(sigmoid) X(tanh) X(clamp) X(eq) X(ne) X(lt) X(le) X(gt) X(ge) X(where)                          \
+  X(gelu) X(sigmoid) X(tanh) X(clamp) X(eq) X(ne) X(lt) X(le) X(gt) X(ge) X(where) X(remainder) X(fmod)     \
   /* reductions */                                                                                          \
-  X(sum) X(mean) X(max) X(argmax)                                                                           \
+  X(sum) X(mean) X(max) X(argmax) X(min) X(argmin) X(amax) X(amin) X(logsumexp) X(norm) X(all) X(any)      \
+  X(isclose) X(isnan) X(isinf) X(isfinite)                                                                  \
   /* sorting and scans */                                                                                   \
   X(sort) X(argsort) X(topk) X(cumsum)                                                                      \
   /* linear algebra */                                                                                      \

@@ -25,6 +25,9 @@ inline Tensor operator/(double a, const Tensor& b) {
   return mul(pow(is_floating(b.dtype()) ? b : b.to(DType::Float32), -1.0), a);
 }
 inline Tensor operator-(const Tensor& a) { return neg(a); }
+// Python's %: remainder (the sign of the divisor), not C's fmod.
+inline Tensor operator%(const Tensor& a, const Tensor& b) { return remainder(a, b); }
+inline Tensor operator%(const Tensor& a, double b) { return remainder(a, b); }
 inline Tensor operator<(const Tensor& a, const Tensor& b) { return lt(a, b); }
 inline Tensor operator<=(const Tensor& a, const Tensor& b) { return le(a, b); }
 inline Tensor operator>(const Tensor& a, const Tensor& b) { return gt(a, b); }

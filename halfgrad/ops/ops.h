@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include <halfgrad/core/random.h>
@@ -85,6 +86,22 @@ Tensor gelu(const Tensor& a, std::string_view approximate = "none");
 Tensor sigmoid(const Tensor& a);
 Tensor tanh(const Tensor& a);
 Tensor clamp(const Tensor& a, std::optional<double> min, std::optional<double> max);
+// Tensor bounds (broadcasting, dtypes promote): minimum(maximum(x, min), max),
+// so min > max gives max; a NaN in x or a bound gives NaN. The gradient goes to
+// x where it lies in [min, max], to min where x < min (and min < max), to max
+// where x > max (or max < min), as PyTorch.
+Tensor clamp(const Tensor& a, const std::optional<Tensor>& min, const std::optional<Tensor>& max);
+Tensor clamp_min(const Tensor& a, double min);
+Tensor clamp_min(const Tensor& a, const Tensor& min);
+Tensor clamp_max(const Tensor& a, double max);
+Tensor clamp_max(const Tensor& a, const Tensor& max);
+// remainder: Python's %, the sign of the divisor; fmod: C's fmod, the sign of the
+// dividend. Integers too (an integer divisor of 0 is an Error on the CPU; on CUDA
+// it gives 0). Gradients: a: g; b: -g * floor(a / b) (remainder), -g * trunc(a / b) (fmod).
+Tensor remainder(const Tensor& a, const Tensor& b);
+Tensor remainder(const Tensor& a, double b);
+Tensor fmod(const Tensor& a, const Tensor& b);
+Tensor fmod(const Tensor& a, double b);
 Tensor eq(const Tensor& a, const Tensor& b);
 Tensor ne(const Tensor& a, const Tensor& b);
 Tensor lt(const Tensor& a, const Tensor& b);
@@ -104,10 +121,42 @@ Tensor sum(const Tensor& a);
 Tensor sum(const Tensor& a, const Shape& dims, bool keepdim = false);
 Tensor mean(const Tensor& a);
 Tensor mean(const Tensor& a, const Shape& dims, bool keepdim = false);
-Tensor max(const Tensor& a);  // of all elements
-Tensor max(const Tensor& a, int64_t dim, bool keepdim = false);  // values; argmax gives the indices
-Tensor argmax(const Tensor& a);
+// Max/min (and argmax/argmin, amax/amin): a NaN wins (the first NaN); ties
+// give the first index. Bool inputs are an Error (cast them).
+Tensor max(const Tensor& a);  // of all elements; the gradient splits evenly between ties
+Tensor min(const Tensor& a);
+// LibTorch's torch::max(x, dim): (values, int64 indices); the gradient goes to the index.
+std::tuple<Tensor, Tensor> max(const Tensor& a, int64_t dim, bool keepdim = false);
+std::tuple<Tensor, Tensor> min(const Tensor& a, int64_t dim, bool keepdim = false);
+Tensor argmax(const Tensor& a);  // of the flattened tensor
 Tensor argmax(const Tensor& a, int64_t dim, bool keepdim = false);
+Tensor argmin(const Tensor& a);
+Tensor argmin(const Tensor& a, int64_t dim, bool keepdim = false);
+// Values only over several dims (empty: all); the gradient splits evenly between ties.
+Tensor amax(const Tensor& a, const Shape& dims = {}, bool keepdim = false);
+Tensor amin(const Tensor& a, const Shape& dims = {}, bool keepdim = false);
+// log(sum(exp(x))) over dims (empty: all), max-shifted; float16/bfloat16 compute
+// in float32 and round once; an all -inf slice gives -inf; integers give float32.
+Tensor logsumexp(const Tensor& a, const Shape& dims, bool keepdim = false);
+// torch.linalg.vector_norm: (sum |x|^p)^(1/p) over dims (empty: all); p = inf is
+// max |x|, -inf min |x|, 0 the count of nonzeros. Floating inputs only;
+// float16/bfloat16 accumulate in float32 and round once.
+Tensor norm(const Tensor& a, double p = 2.0, const Shape& dims = {}, bool keepdim = false);
+// Logical reductions: bool out; nonzero (and NaN) is true. Empty: all is true, any false.
+Tensor all(const Tensor& a);
+Tensor all(const Tensor& a, int64_t dim, bool keepdim = false);
+Tensor any(const Tensor& a);
+Tensor any(const Tensor& a, int64_t dim, bool keepdim = false);
+// torch.equal: same shape and equal values (after dtype promotion; NaN != NaN). Reads to the host.
+bool equal(const Tensor& a, const Tensor& b);
+// |a - b| <= atol + rtol * |b| elementwise (broadcasting); inf equals inf of the same sign;
+// NaN is close to NaN only with equal_nan.
+Tensor isclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false);
+// all(isclose(...)), read to the host.
+bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false);
+Tensor isnan(const Tensor& a);
+Tensor isinf(const Tensor& a);
+Tensor isfinite(const Tensor& a);
 // Sum a broadcast gradient back down to `shape` (the inverse of expand).
 Tensor sum_to(const Tensor& a, const Shape& shape);
 

@@ -36,7 +36,7 @@ ReducePlan plan_reduce(ReduceOp op, const Tensor& in, const std::vector<int64_t>
     return p;
   }
   if (in.numel() == 0 || p.r == 0) {
-    HG_CHECK(op == ReduceOp::Sum || op == ReduceOp::Mean, "max/argmax: cannot reduce over an empty dimension of {}",
+    HG_CHECK(is_sum_reduce(op), "max/min/argmax/argmin: cannot reduce over an empty dimension of {}",
              in.describe());
     p.empty = true;
     return p;

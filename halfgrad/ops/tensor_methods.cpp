@@ -14,10 +14,6 @@ Tensor Tensor::sigmoid() const { return halfgrad::sigmoid(*this); }
 Tensor Tensor::tanh() const { return halfgrad::tanh(*this); }
 Tensor Tensor::softmax(int64_t dim) const { return halfgrad::softmax(*this, dim); }
 Tensor Tensor::log_softmax(int64_t dim) const { return halfgrad::log_softmax(*this, dim); }
-Tensor Tensor::max() const { return halfgrad::max(*this); }
-Tensor Tensor::max(int64_t dim, bool keepdim) const { return halfgrad::max(*this, dim, keepdim); }
-Tensor Tensor::argmax() const { return halfgrad::argmax(*this); }
-Tensor Tensor::argmax(int64_t dim, bool keepdim) const { return halfgrad::argmax(*this, dim, keepdim); }
 
 // ---- values -----------------------------------------------------------------------
 double Tensor::item() const { return item<double>(); }

@@ -408,7 +408,7 @@ TEST_CASE("broadcasting failure names the op and both shapes", "[ops][elementwis
   REQUIRE_THROWS_WITH(lt(ones({2}), ones({3})), Contains("lt") && Contains("[2]") && Contains("[3]"));
   REQUIRE_THROWS_WITH(where(ones({2}, boolean), ones({3}), ones({3})), Contains("where"));
   REQUIRE_THROWS_WITH(where(ones({3}), ones({3}), ones({3})), Contains("where") && Contains("bool"));
-  REQUIRE_THROWS_WITH(clamp(ones({3}), std::nullopt, std::nullopt), Contains("clamp"));
+  REQUIRE_THROWS_WITH(clamp(ones({3}), std::optional<double>(), std::nullopt), Contains("clamp"));
 }
 
 TEST_CASE("pow of an int64 tensor by an integral scalar stays int64, as PyTorch", "[ops][elementwise][int64]") {

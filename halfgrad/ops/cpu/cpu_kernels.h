@@ -9,7 +9,8 @@ void binary(kernels::BinaryOp op, const Tensor& a, const Tensor& b, const Tensor
 void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out);
 void fill(const Tensor& out, double value);
 void copy(const Tensor& dst, const Tensor& src);
-void reduce(kernels::ReduceOp op, const Tensor& in, const std::vector<int64_t>& dims, const Tensor& out);
+void reduce(kernels::ReduceOp op, const Tensor& in, const std::vector<int64_t>& dims, const Tensor& out,
+            const Tensor& indices = Tensor());
 void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias, float beta, bool relu = false);
 void linear_act(const Tensor& x2, const Tensor& w, const Tensor& bias, kernels::Activation act, const Tensor& out,
                 const Tensor& pre);

@@ -66,8 +66,9 @@ racc_t<T> row_sum(const T* p, int64_t n, bool parallel) {
   return pairwise_sum(part.data(), blocks);
 }
 
-template <typename T>
-void block_max(const T* p, int64_t n, racc_t<T>& best, int64_t& arg) {
+// The max (kMin: the min) of a row and its first position; the first NaN wins.
+template <bool kMin, typename T>
+void block_extreme(const T* p, int64_t n, racc_t<T>& best, int64_t& arg) {
   using A = racc_t<T>;
   best = static_cast<A>(p[0]);
   arg = 0;
@@ -79,7 +80,7 @@ void block_max(const T* p, int64_t n, racc_t<T>& best, int64_t& arg) {
       arg = i;
       return;
     }
-    if (v > best) {
+    if (kMin ? v < best : v > best) {
       best = v;
       arg = i;
     }
@@ -87,23 +88,26 @@ void block_max(const T* p, int64_t n, racc_t<T>& best, int64_t& arg) {
 }
 
 template <typename T>
-void reduce_inner(ReduceOp op, const T* in, int64_t outer, int64_t r, const Tensor& out) {
+void reduce_inner(ReduceOp op, const T* in, int64_t outer, int64_t r, const Tensor& out, int64_t* indices) {
   using A = racc_t<T>;
   // A few long rows (a full sum): the threads share each row's blocks.
-  const bool split_rows = outer < 8 && r > kBlock && op != ReduceOp::Max && op != ReduceOp::ArgMax;
+  const bool sum_op = op == ReduceOp::Sum || op == ReduceOp::Mean;
+  const bool split_rows = outer < 8 && r > kBlock && sum_op;
 #pragma omp parallel for if (!split_rows && outer * r > 65536)
   for (int64_t o = 0; o < outer; ++o) {
     const T* p = in + o * r;
-    if (op == ReduceOp::Sum || op == ReduceOp::Mean) {
+    if (sum_op) {
       A s = row_sum(p, r, split_rows);
       if (op == ReduceOp::Mean) s = s / static_cast<A>(r);
       static_cast<T*>(out.data_ptr())[o] = static_cast<T>(s);
     } else {
       A best;
       int64_t arg;
-      block_max(p, r, best, arg);
-      if (op == ReduceOp::ArgMax) static_cast<int64_t*>(out.data_ptr())[o] = arg;
+      if (op == ReduceOp::Min || op == ReduceOp::ArgMin) block_extreme<true>(p, r, best, arg);
+      else block_extreme<false>(p, r, best, arg);
+      if (op == ReduceOp::ArgMax || op == ReduceOp::ArgMin) static_cast<int64_t*>(out.data_ptr())[o] = arg;
       else static_cast<T*>(out.data_ptr())[o] = static_cast<T>(best);
+      if (indices) indices[o] = arg;
     }
   }
 }
@@ -164,7 +168,8 @@ void reduce_outer(ReduceOp op, const T* in, int64_t r, int64_t inner, const Tens
 
 }  // namespace
 
-void reduce(ReduceOp op, const Tensor& in, const std::vector<int64_t>& dims, const Tensor& out) {
+void reduce(ReduceOp op, const Tensor& in, const std::vector<int64_t>& dims, const Tensor& out,
+            const Tensor& indices) {
   const kernels::ReducePlan p = kernels::plan_reduce(op, in, dims, out, copy);
   if (p.nothing) return;
   if (p.empty) return fill(out, kernels::empty_reduction_value(op));
@@ -175,7 +180,8 @@ void reduce(ReduceOp op, const Tensor& in, const std::vector<int64_t>& dims, con
     return;
   }
   HG_DISPATCH_NUMERIC(in.dtype(), "reduce", [&] {
-    reduce_inner(op, static_cast<const scalar_t*>(p.rows.data_ptr()), p.outer, p.r, out);
+    reduce_inner(op, static_cast<const scalar_t*>(p.rows.data_ptr()), p.outer, p.r, out,
+                 indices.defined() ? static_cast<int64_t*>(indices.data_ptr()) : nullptr);
   });
 }
 

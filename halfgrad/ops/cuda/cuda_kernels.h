@@ -14,7 +14,8 @@ void binary(kernels::BinaryOp op, const Tensor& a, const Tensor& b, const Tensor
 void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out);
 void fill(const Tensor& out, double value);              // any strides
 void copy(const Tensor& dst, const Tensor& src);         // one device, any dtypes, any strides
-void reduce(kernels::ReduceOp op, const Tensor& in, const std::vector<int64_t>& dims, const Tensor& out);
+void reduce(kernels::ReduceOp op, const Tensor& in, const std::vector<int64_t>& dims, const Tensor& out,
+            const Tensor& indices = Tensor());
 void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias, float beta);
 void softmax(const Tensor& in, const Tensor& out, bool log);
 void softmax_backward(const Tensor& grad_out, const Tensor& y, const Tensor& grad_in, bool log);

@@ -1,7 +1,7 @@
-// CUDA reductions: sum, mean, max, argmax over any dims, with the contract of
+// CUDA reductions: sum, mean, max, argmax, min, argmin over any dims, with the contract of
 // ops/cpu/reduce.cpp (float accumulation for float32 and the half types,
-// double for float64, int64 for int64; max/argmax: the first NaN wins, ties
-// go to the first index).
+// double for float64, int64 for int64; max/argmax/min/argmin: the first NaN
+// wins, ties go to the first index).
 //
 // Strategy: the reduced dims are moved innermost (a copy when the input is not
 // already laid out that way), so each output reduces one contiguous row of
@@ -50,16 +50,18 @@ __device__ __forceinline__ bool isnan_(A x) {
   return x != x;  // false for integers
 }
 
-// Max with the CPU's order: NaN beats everything (the first NaN among NaNs),
-// then the larger value, then the smaller index. A total order, so the tree
-// reduction may combine in any order and still give the CPU's answer.
-struct MaxOp {
+// Max (kMin: min) with the CPU's order: NaN beats everything (the first NaN
+// among NaNs), then the larger (smaller) value, then the smaller index. A
+// total order, so the tree reduction may combine in any order and still give
+// the CPU's answer.
+template <bool kMin>
+struct ExtremeOp {
   template <typename A>
   __device__ __forceinline__ ArgVal<A> operator()(ArgVal<A> x, ArgVal<A> y) const {
     bool take_y;
     if (isnan_(x.v)) take_y = isnan_(y.v) && y.i < x.i;
     else if (isnan_(y.v)) take_y = true;
-    else take_y = y.v > x.v || (y.v == x.v && y.i < x.i);
+    else take_y = (kMin ? y.v < x.v : y.v > x.v) || (y.v == x.v && y.i < x.i);
     return take_y ? y : x;
   }
 };
@@ -75,22 +77,32 @@ __device__ __forceinline__ A lowest() {
   if constexpr (std::is_integral_v<A>) return std::numeric_limits<A>::min();
   else return -static_cast<A>(INFINITY);
 }
+template <typename A>
+__device__ __forceinline__ A highest() {
+  if constexpr (std::is_integral_v<A>) return std::numeric_limits<A>::max();
+  else return static_cast<A>(INFINITY);
+}
+
+// What a row kernel computes: a sum (divided by `divisor`), a max or a min.
+enum class Mode : int { Sum, Max, Min };
 
 constexpr int kWarpRowsMax = 512;  // rows up to this length: one warp each
 constexpr int kWarpsPerBlock = kThreads / 32;
 
 // Reduces rows of r contiguous elements of `in`, each split into `splits`
 // chunks of `chunk`; writes one result per (row, chunk) at row * splits + chunk.
-// Sum: out_v = sum / divisor. Max: out_v = the max (if given), out_i = its
-// position (if given). in_idx (second pass of a split argmax) holds the
+// Sum: out_v = sum / divisor. Max/Min: out_v = the max/min (if given), out_i =
+// its position (if given). in_idx (second pass of a split argmax) holds the
 // positions of the inputs; else an element's position is its column.
-template <typename In, typename Out, bool kMax>
+template <typename In, typename Out, Mode kMode>
 __global__ void __launch_bounds__(kThreads)
     row_reduce_kernel(const storage_t<In>* __restrict__ in, const int64_t* __restrict__ in_idx,
                       storage_t<Out>* __restrict__ out_v, int64_t* __restrict__ out_i, int64_t rows, int64_t r,
                       int64_t chunk, int64_t splits, acc_t<Out> divisor, bool warp_mode) {
   using A = racc_t<In>;
   static_assert(std::is_same_v<A, racc_t<Out>>, "one accumulator type per reduction");
+  constexpr bool kMax = kMode != Mode::Sum;
+  using Cmp = ExtremeOp<kMode == Mode::Min>;
   using R = std::conditional_t<kMax, ArgVal<A>, A>;
   __shared__ R smem[32];
   const int64_t tasks = rows * splits;
@@ -104,15 +116,15 @@ __global__ void __launch_bounds__(kThreads)
     const storage_t<In>* p = in + row * r;
     R acc;
     if constexpr (kMax) {
-      acc = {lowest<A>(), std::numeric_limits<int64_t>::max()};
+      acc = {kMode == Mode::Min ? highest<A>() : lowest<A>(), std::numeric_limits<int64_t>::max()};
       for (int64_t j = begin + lane; j < end; j += width)
-        acc = MaxOp{}(acc, ArgVal<A>{static_cast<A>(Elem<In>::load(p[j])), in_idx ? in_idx[row * r + j] : j});
+        acc = Cmp{}(acc, ArgVal<A>{static_cast<A>(Elem<In>::load(p[j])), in_idx ? in_idx[row * r + j] : j});
     } else {
       kernels::CascadeSum<A> sum;  // a thread may add thousands of values
       for (int64_t j = begin + lane; j < end; j += width) sum.add(static_cast<A>(Elem<In>::load(p[j])));
       acc = sum.total();
     }
-    if constexpr (kMax) acc = warp_mode ? warp_allreduce(acc, MaxOp{}) : block_allreduce(acc, MaxOp{}, smem);
+    if constexpr (kMax) acc = warp_mode ? warp_allreduce(acc, Cmp{}) : block_allreduce(acc, Cmp{}, smem);
     else acc = warp_mode ? warp_allreduce(acc, SumOp{}) : block_allreduce(acc, SumOp{}, smem);
     if (lane == 0) {
       if constexpr (kMax) {
@@ -183,26 +195,29 @@ void reduce_columns(ReduceOp op, const Tensor& in, int64_t rows, int64_t cols, c
   HG_CUDA_CHECK(cudaGetLastError());
 }
 
-template <typename In, typename Out, bool kMax>
+template <typename In, typename Out, Mode kMode>
 void launch_rows(const storage_t<In>* in, const int64_t* in_idx, storage_t<Out>* out_v, int64_t* out_i,
                  int64_t rows, int64_t r, int64_t chunk, int64_t splits, acc_t<Out> divisor, int device) {
   const bool warp_mode = splits == 1 && r <= kWarpRowsMax;
   const int64_t tasks = rows * splits;
   const unsigned blocks = grid_for(tasks, warp_mode ? kWarpsPerBlock : 1, device);
-  row_reduce_kernel<In, Out, kMax><<<blocks, kThreads, 0, stream()>>>(in, in_idx, out_v, out_i, rows, r, chunk,
+  row_reduce_kernel<In, Out, kMode><<<blocks, kThreads, 0, stream()>>>(in, in_idx, out_v, out_i, rows, r, chunk,
                                                                       splits, divisor, warp_mode);
   HG_CUDA_CHECK(cudaGetLastError());
 }
 
 // in: [rows, r] contiguous -> out [rows] (values, or int64 positions for argmax).
 template <typename T>
-void reduce_rows(ReduceOp op, const Tensor& in, int64_t rows, int64_t r, const Tensor& out, int device) {
+void reduce_rows(ReduceOp op, const Tensor& in, int64_t rows, int64_t r, const Tensor& out, const Tensor& indices,
+                 int device) {
   using A = racc_t<T>;
-  const bool is_max = op == ReduceOp::Max || op == ReduceOp::ArgMax;
+  const bool is_arg = kernels::is_arg_reduce(op);
+  const bool is_min = op == ReduceOp::Min || op == ReduceOp::ArgMin;
+  const bool is_max = !kernels::is_sum_reduce(op);
   const A divisor = op == ReduceOp::Mean ? static_cast<A>(r) : A(1);
   const auto* src = data_as<storage_t<T>>(in);
-  storage_t<T>* out_v = op == ReduceOp::ArgMax ? nullptr : data_as<storage_t<T>>(out);
-  int64_t* out_i = op == ReduceOp::ArgMax ? data_as<int64_t>(out) : nullptr;
+  storage_t<T>* out_v = is_arg ? nullptr : data_as<storage_t<T>>(out);
+  int64_t* out_i = is_arg ? data_as<int64_t>(out) : indices.defined() ? data_as<int64_t>(indices) : nullptr;
   // Split long rows when there are too few of them to fill the GPU; each
   // chunk keeps >= 4096 elements (16 per thread).
   const int64_t target = int64_t{sm_count(device)} * 4;
@@ -211,35 +226,42 @@ void reduce_rows(ReduceOp op, const Tensor& in, int64_t rows, int64_t r, const T
   const int64_t chunk = (r + splits - 1) / splits;
   splits = (r + chunk - 1) / chunk;
   if (splits == 1) {
-    if (is_max)
-      launch_rows<T, T, true>(src, nullptr, out_v, out_i, rows, r, r, 1, static_cast<acc_t<T>>(divisor), device);
+    if (is_min)
+      launch_rows<T, T, Mode::Min>(src, nullptr, out_v, out_i, rows, r, r, 1, static_cast<acc_t<T>>(divisor), device);
+    else if (is_max)
+      launch_rows<T, T, Mode::Max>(src, nullptr, out_v, out_i, rows, r, r, 1, static_cast<acc_t<T>>(divisor), device);
     else
-      launch_rows<T, T, false>(src, nullptr, out_v, nullptr, rows, r, r, 1, static_cast<acc_t<T>>(divisor), device);
+      launch_rows<T, T, Mode::Sum>(src, nullptr, out_v, nullptr, rows, r, r, 1, static_cast<acc_t<T>>(divisor), device);
     return;
   }
   // Pass 1: partials [rows, splits] in the accumulator type (with positions for max).
   Tensor part = make_tensor({rows, splits}, TensorOptions(dtype_of<A>::value, in.device()));
   if (is_max) {
     Tensor part_i = make_tensor({rows, splits}, TensorOptions(DType::Int64, in.device()));
-    launch_rows<T, A, true>(src, nullptr, data_as<A>(part), data_as<int64_t>(part_i), rows, r, chunk, splits, A(1),
-                            device);
-    launch_rows<A, T, true>(data_as<A>(part), data_as<int64_t>(part_i), out_v, out_i, rows, splits, splits, 1,
-                            static_cast<acc_t<T>>(divisor), device);
+    auto two_pass = [&]<Mode kMode>() {
+      launch_rows<T, A, kMode>(src, nullptr, data_as<A>(part), data_as<int64_t>(part_i), rows, r, chunk, splits, A(1),
+                               device);
+      launch_rows<A, T, kMode>(data_as<A>(part), data_as<int64_t>(part_i), out_v, out_i, rows, splits, splits, 1,
+                               static_cast<acc_t<T>>(divisor), device);
+    };
+    if (is_min) two_pass.template operator()<Mode::Min>();
+    else two_pass.template operator()<Mode::Max>();
   } else {
-    launch_rows<T, A, false>(src, nullptr, data_as<A>(part), nullptr, rows, r, chunk, splits, A(1), device);
-    launch_rows<A, T, false>(data_as<A>(part), nullptr, out_v, nullptr, rows, splits, splits, 1,
+    launch_rows<T, A, Mode::Sum>(src, nullptr, data_as<A>(part), nullptr, rows, r, chunk, splits, A(1), device);
+    launch_rows<A, T, Mode::Sum>(data_as<A>(part), nullptr, out_v, nullptr, rows, splits, splits, 1,
                              static_cast<acc_t<T>>(divisor), device);
   }
 }
 
 }  // namespace
 
-void reduce(ReduceOp op, const Tensor& in, const std::vector<int64_t>& dims, const Tensor& out) {
+void reduce(ReduceOp op, const Tensor& in, const std::vector<int64_t>& dims, const Tensor& out,
+            const Tensor& indices) {
   const int device = common_device("reduce", {&in, &out});
   const kernels::ReducePlan p = kernels::plan_reduce(op, in, dims, out, copy);
   if (p.nothing) return;
   HG_CHECK(out.is_contiguous(), "reduce: the output {} must be contiguous", out.describe());
-  HG_CHECK(out.dtype() == (op == ReduceOp::ArgMax ? DType::Int64 : in.dtype()),
+  HG_CHECK(out.dtype() == (kernels::is_arg_reduce(op) ? DType::Int64 : in.dtype()),
            "reduce: output {} has the wrong dtype for input {}", out.describe(), in.describe());
   if (p.empty) return fill(out, kernels::empty_reduction_value(op));
   DeviceGuard guard(device);
@@ -248,7 +270,8 @@ void reduce(ReduceOp op, const Tensor& in, const std::vector<int64_t>& dims, con
                         [&] { reduce_columns<scalar_t>(op, in, p.r, p.outer, out, device); });
     return;
   }
-  HG_DISPATCH_NUMERIC(in.dtype(), "reduce", [&] { reduce_rows<scalar_t>(op, p.rows, p.outer, p.r, out, device); });
+  HG_DISPATCH_NUMERIC(in.dtype(), "reduce",
+                      [&] { reduce_rows<scalar_t>(op, p.rows, p.outer, p.r, out, indices, device); });
 }
 
 }  // namespace halfgrad::cuda_ops
