@@ -127,10 +127,12 @@ const std::vector<Builtin> kCpu = {
   "add", "sub", "mul", "div", "maximum", "minimum", "neg", "sqrt", "abs", "relu", "gelu", "sigmoid", "tanh",  \
       "clamp", "eq", "ne", "lt", "le", "gt", "ge", "where", "mean", "max", "argmax", "dropout", "view",       \
       "permute", "narrow", "slice", "unsqueeze", "squeeze", "expand", "clone", "contiguous", "to",           \
-      "to_device", "fill", "copy"
+      "to_device", "fill", "copy", "index_select", "gather", "scatter", "masked_fill", "one_hot"
 constexpr std::string_view kNoRowCuda[] = {HG_NO_ROW_BOTH};
-// PyTorch's CPU lists are shorter: these take fp32 on CUDA only.
-constexpr std::string_view kNoRowCpu[] = {HG_NO_ROW_BOTH, "exp", "log", "pow", "softmax", "log_softmax", "sum"};
+// PyTorch's CPU lists are shorter: these take fp32 (or promote: scatter_add,
+// index_put) on CUDA only.
+constexpr std::string_view kNoRowCpu[] = {HG_NO_ROW_BOTH, "exp", "log", "pow", "softmax", "log_softmax", "sum",
+                                          "scatter_add", "index_put"};
 #undef HG_NO_ROW_BOTH
 
 struct Table {

@@ -158,6 +158,14 @@ void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& g
              cuda_ops::nll_loss_backward(grad, target, grad_logp, ignore_index));
 }
 
+void gather(const Tensor& in, int64_t dim, const Tensor& index, const Tensor& out, const char* op) {
+  HG_BACKEND(in, cpu::gather(in, dim, index, out, op), cuda_ops::gather(in, dim, index, out));
+}
+void scatter(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, ScatterMode mode,
+             const char* op) {
+  HG_BACKEND(self, cpu::scatter(self, dim, index, src, mode, op), cuda_ops::scatter(self, dim, index, src, mode));
+}
+
 void uniform(const Tensor& out, double low, double high) {
   HG_BACKEND(out, cpu::uniform(out, low, high), cuda_ops::uniform(out, low, high));
 }

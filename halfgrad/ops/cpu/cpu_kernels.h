@@ -24,6 +24,9 @@ void softmax(const Tensor& in, const Tensor& out, bool log);
 void softmax_backward(const Tensor& grad_out, const Tensor& y, const Tensor& grad_in, bool log);
 void nll_loss(const Tensor& logp, const Tensor& target, const Tensor& out, int64_t ignore_index, const char* op);
 void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& grad_logp, int64_t ignore_index);
+void gather(const Tensor& in, int64_t dim, const Tensor& index, const Tensor& out, const char* op);
+void scatter(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, kernels::ScatterMode mode,
+             const char* op);
 void uniform(const Tensor& out, double low, double high);
 void normal(const Tensor& out, double mean, double std);
 void randint(const Tensor& out, int64_t low, int64_t high);

@@ -23,6 +23,13 @@ void softmax_backward(const Tensor& grad_out, const Tensor& y, const Tensor& gra
 // makes the GradScaler skip the step.
 void nll_loss(const Tensor& logp, const Tensor& target, const Tensor& out, int64_t ignore_index);
 void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& grad_logp, int64_t ignore_index);
+// Gather/scatter (ops/cuda/index.cu): an out-of-range index is not checked on
+// the host (that would need a sync): gather writes NaN (0 for integer and bool
+// dtypes) for it and scatter skips it; memory out of bounds is never touched.
+// Add uses atomicAdd (float32, float64, int64; the op passes half types as a
+// float32 copy), so its float sums may differ in the last bits from run to run.
+void gather(const Tensor& in, int64_t dim, const Tensor& index, const Tensor& out);
+void scatter(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, kernels::ScatterMode mode);
 // Random fills of a contiguous `out` from the device's generator (core/random.h):
 // the same numbers as the CPU backend's for the same seed and calls.
 void uniform(const Tensor& out, double low, double high);
