@@ -510,6 +510,14 @@ Plan plan(const char* op, const Tensor& self, const std::vector<indexing::Tensor
     }
   }
   p.view = out;
+  if (p.t.defined() && p.t.dtype() == DType::Int64 && p.t.device().is_cpu()) {
+    // An index on the host is checked here, naming the user's index (no sync,
+    // also for a CUDA tensor); one on CUDA is left to the kernels (index_select).
+    const int64_t n = out.shape()[p.d];
+    for (int64_t i : p.t.to_vector<int64_t>())
+      HG_CHECK(i >= -n && i < n, "{}: index {} is out of bounds for dimension {} with size {} of {} (expected {} to {})",
+               op, i, p.self_d, n, self.describe(), -n, n - 1);
+  }
   if (p.t.defined()) {
     HG_CHECK(p.t.device() == out.device() || p.t.device().is_cpu(),
              "{}: the index {} must be on the indexed tensor's device ({}) or on the CPU", op, p.t.describe(),
@@ -531,15 +539,8 @@ Tensor mask_positions(const Tensor& mask, Device device) {
 }
 
 // An int64 index on a dim of size n: negatives count from the end (Python's
-// x[idx]). On the CPU every index is checked here, naming the user's index;
-// on CUDA the kernels handle one out of range (docs: index_select).
-Tensor wrap_index(const char* op, const Tensor& t, int64_t n, const Tensor& self, int64_t self_d) {
-  if (t.device().is_cpu())
-    for (int64_t i : t.to_vector<int64_t>())
-      HG_CHECK(i >= -n && i < n, "{}: index {} is out of bounds for dimension {} with size {} of {} (expected {} to {})",
-               op, i, self_d, n, self.describe(), -n, n - 1);
-  return where(lt(t, 0.0), add(t, static_cast<double>(n)), t);
-}
+// x[idx]); the range was checked in plan() for a host index.
+Tensor wrap_index(const Tensor& t, int64_t n) { return where(lt(t, 0.0), add(t, static_cast<double>(n)), t); }
 
 Shape splice(const Shape& s, int64_t d, int64_t k, const Shape& mid) {
   Shape r(s.begin(), s.begin() + d);
@@ -566,7 +567,7 @@ Tensor Tensor::index(const std::vector<indexing::TensorIndex>& indices) const {
     const Tensor flat = v.reshape(splice(v.shape(), p.d, p.k, {count}));
     return halfgrad::index_select(flat, p.d, mask_positions(p.t, v.device()));
   }
-  const Tensor idx = wrap_index("index", p.t, v.shape()[p.d], *this, p.self_d);
+  const Tensor idx = wrap_index(p.t, v.shape()[p.d]);
   const Tensor r = halfgrad::index_select(v, p.d, idx.reshape({-1}));
   return r.reshape(splice(v.shape(), p.d, 1, p.t.shape()));
 }
@@ -623,7 +624,7 @@ void index_put_impl(Tensor& self, const std::vector<indexing::TensorIndex>& indi
     lin = mask_positions(p.t, v.device());
     shown = splice(v.shape(), p.d, p.k, {lin.numel()});
   } else {
-    lin = wrap_index(op, p.t, v.shape()[p.d], self, p.self_d).reshape({-1}).contiguous();
+    lin = wrap_index(p.t, v.shape()[p.d]).reshape({-1}).contiguous();
     shown = splice(v.shape(), p.d, 1, p.t.shape());
   }
   const Shape flat = splice(v.shape(), p.d, p.k, {lin.numel()});
