@@ -128,11 +128,13 @@ const std::vector<Builtin> kCpu = {
       "clamp", "eq", "ne", "lt", "le", "gt", "ge", "where", "mean", "max", "argmax", "dropout", "view",       \
       "permute", "narrow", "slice", "unsqueeze", "squeeze", "expand", "clone", "contiguous", "to",           \
       "to_device", "fill", "copy", "sort", "argsort", "topk", "min", "argmin", "amax", "amin", "all", "any",     \
-      "isclose", "isnan", "isinf", "isfinite", "remainder", "fmod"
+      "isclose", "isnan", "isinf", "isfinite", "remainder", "fmod", "index_select", "gather", "scatter",       \
+      "masked_fill", "one_hot"
 constexpr std::string_view kNoRowCuda[] = {HG_NO_ROW_BOTH};
-// PyTorch's CPU lists are shorter: these take fp32 on CUDA only.
+// PyTorch's CPU lists are shorter: these take fp32 (or promote: scatter_add,
+// index_put) on CUDA only.
 constexpr std::string_view kNoRowCpu[] = {HG_NO_ROW_BOTH, "exp", "log", "pow", "softmax", "log_softmax", "sum",
-                                          "cumsum", "logsumexp", "norm"};
+                                          "cumsum", "logsumexp", "norm", "scatter_add", "index_put"};
 #undef HG_NO_ROW_BOTH
 
 struct Table {

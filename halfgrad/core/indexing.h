@@ -1,10 +1,18 @@
 #pragma once
 // LibTorch's tensor indexing (torch::indexing): x.index({Slice(1, None, 2), None, Ellipsis, 0})
-// is Python's x[1::2, None, ..., 0]. Reading only; every result is a view.
+// is Python's x[1::2, None, ..., 0]; x.index_put_({...}, v) is x[...] = v. Integers, slices,
+// None and Ellipsis give views; a tensor index (a bool mask or an int64 index tensor, one per
+// index) reads into a new tensor, as Python's x[mask] and x[idx].
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string_view>
 #include <variant>
+
+namespace halfgrad {
+class Tensor;
+struct TensorImpl;
+}  // namespace halfgrad
 
 namespace halfgrad::indexing {
 
@@ -28,7 +36,10 @@ struct Slice {
 };
 
 // One entry of index({...}): an integer (selects, removing the dimension),
-// a Slice, None or Ellipsis ("..." also works, as in LibTorch).
+// a Slice, None or Ellipsis ("..." also works, as in LibTorch), or a tensor:
+// a bool mask over the next mask.dim() dimensions (selects the true elements
+// into one dimension) or an int64 index tensor for the next dimension (its
+// shape replaces that dimension; negative indices count from the end).
 class TensorIndex {
  public:
   TensorIndex(int64_t i) : v_(i) {}                      // NOLINT(implicit)
@@ -37,17 +48,20 @@ class TensorIndex {
   TensorIndex(std::nullopt_t) : v_(std::nullopt) {}      // NOLINT(implicit)
   TensorIndex(EllipsisIndexType) : v_(Ellipsis) {}       // NOLINT(implicit)
   TensorIndex(const char* s);                            // NOLINT(implicit) "..." only
+  TensorIndex(const Tensor& t);                          // NOLINT(implicit) bool mask or int64 indices
   TensorIndex(bool) = delete;  // PyTorch's x[True] is not supported
 
   bool is_integer() const { return std::holds_alternative<int64_t>(v_); }
   bool is_slice() const { return std::holds_alternative<Slice>(v_); }
   bool is_none() const { return std::holds_alternative<std::nullopt_t>(v_); }
   bool is_ellipsis() const { return std::holds_alternative<EllipsisIndexType>(v_); }
+  bool is_tensor() const { return std::holds_alternative<std::shared_ptr<TensorImpl>>(v_); }
   int64_t integer() const { return std::get<int64_t>(v_); }
   const Slice& slice() const { return std::get<Slice>(v_); }
+  Tensor tensor() const;
 
  private:
-  std::variant<int64_t, Slice, std::nullopt_t, EllipsisIndexType> v_;
+  std::variant<int64_t, Slice, std::nullopt_t, EllipsisIndexType, std::shared_ptr<TensorImpl>> v_;
 };
 
 }  // namespace halfgrad::indexing

@@ -173,9 +173,25 @@ class Tensor {
   Tensor operator[](int64_t index) const;
   // LibTorch's x.index({Slice(0, 2), None, Ellipsis, -1}) (core/indexing.h):
   // integers select, slices narrow (or stride), None unsqueezes, Ellipsis
-  // fills. The result is a view of this tensor. Reading only (no index_put_).
+  // fills; the result is a view of this tensor. One tensor index may appear:
+  // a bool mask (x.index({mask}) is Python's x[mask], a 1-d selection of the
+  // true elements) or an int64 index tensor (index_select on that dimension);
+  // then the result is a new tensor (differentiable, not a view). The mask's
+  // true count is read on the host (a device sync on CUDA, as in PyTorch).
   Tensor index(std::initializer_list<indexing::TensorIndex> indices) const;
   Tensor index(const std::vector<indexing::TensorIndex>& indices) const;
+  // x[indices] = values (LibTorch's index_put_; ops/indexing.cpp): `values`
+  // broadcasts to the shape x.index(indices) would have. With `accumulate`,
+  // values are added (repeated indices add up); without, a repeated index
+  // keeps the last value on the CPU and an unspecified one on CUDA. An in-place
+  // op: an Error on a tensor that requires grad in grad mode, and on values
+  // that require grad (index_put_ is not recorded by autograd).
+  Tensor& index_put_(std::initializer_list<indexing::TensorIndex> indices, const Tensor& values,
+                     bool accumulate = false);
+  Tensor& index_put_(const std::vector<indexing::TensorIndex>& indices, const Tensor& values,
+                     bool accumulate = false);
+  Tensor& index_put_(std::initializer_list<indexing::TensorIndex> indices, double value);
+  Tensor& index_put_(const std::vector<indexing::TensorIndex>& indices, double value);
 
   // --- copies and casts -------------------------------------------------
   Tensor contiguous() const;
@@ -254,6 +270,19 @@ class Tensor {
   Tensor clamp_max(double max) const;
   Tensor clamp_max(const Tensor& max) const;
   Tensor sum(int64_t dim, bool keepdim = false) const { return sum(Shape{dim}, keepdim); }
+  // indexing and gathering (ops/indexing_ops.h)
+  Tensor index_select(int64_t dim, const Tensor& index) const;
+  Tensor gather(int64_t dim, const Tensor& index) const;
+  Tensor scatter(int64_t dim, const Tensor& index, const Tensor& src) const;
+  Tensor scatter(int64_t dim, const Tensor& index, double value) const;
+  Tensor scatter_add(int64_t dim, const Tensor& index, const Tensor& src) const;
+  Tensor masked_fill(const Tensor& mask, double value) const;
+  Tensor masked_fill(const Tensor& mask, const Tensor& value) const;
+  Tensor& scatter_(int64_t dim, const Tensor& index, const Tensor& src);
+  Tensor& scatter_(int64_t dim, const Tensor& index, double value);
+  Tensor& scatter_add_(int64_t dim, const Tensor& index, const Tensor& src);
+  Tensor& masked_fill_(const Tensor& mask, double value);
+  Tensor& masked_fill_(const Tensor& mask, const Tensor& value);
   Tensor mean(int64_t dim, bool keepdim = false) const { return mean(Shape{dim}, keepdim); }
   // ops/sort_ops.h (defined in ops/sort.cpp)
   std::tuple<Tensor, Tensor> sort(int64_t dim = -1, bool descending = false, bool stable = false) const;

@@ -176,6 +176,13 @@ void cumsum(const Tensor& in, const Tensor& out, bool reverse) {
   HG_BACKEND(in, cpu::cumsum(in, out, reverse), cuda_ops::cumsum(in, out, reverse));
 }
 void randperm(const Tensor& out) { HG_BACKEND(out, cpu::randperm(out), cuda_ops::randperm(out)); }
+void gather(const Tensor& in, int64_t dim, const Tensor& index, const Tensor& out, const char* op) {
+  HG_BACKEND(in, cpu::gather(in, dim, index, out, op), cuda_ops::gather(in, dim, index, out));
+}
+void scatter(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, ScatterMode mode,
+             const char* op) {
+  HG_BACKEND(self, cpu::scatter(self, dim, index, src, mode, op), cuda_ops::scatter(self, dim, index, src, mode));
+}
 
 void uniform(const Tensor& out, double low, double high) {
   HG_BACKEND(out, cpu::uniform(out, low, high), cuda_ops::uniform(out, low, high));

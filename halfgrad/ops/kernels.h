@@ -132,6 +132,23 @@ void cumsum(const Tensor& in, const Tensor& out, bool reverse);
 // A random permutation of 0..n-1 into the contiguous int64 `out` [n] from its
 // device's generator.
 void randperm(const Tensor& out);
+// Gather and scatter along `dim` (ops/indexing.cpp). `index` (int64), `in`/`out`
+// and `src` have the same number of dims (>= 1); the loop runs over index's
+// shape (any strides; an expanded index gives index_select and index_add):
+//   gather:  out[p] = in[p with p[dim] = index[p]]           (out has index's shape)
+//   scatter: self[p with p[dim] = index[p]] = src[p]          (Assign; in place)
+//                                          += src[p]          (Add)
+// Assign/gather: any dtype. Add: float32, float64, int64 (the op accumulates
+// half types in a float32 copy). A repeated index under Assign: the last write
+// wins on the CPU, any one of them on CUDA. Index range: the CPU checks every
+// index before writing anything (an Error naming `op`, the dim, the index and
+// the valid range); CUDA cannot raise without a sync, so there an out-of-range
+// index is skipped by scatter and gives NaN (0 for integer/bool) in gather:
+// the kernels never touch memory out of bounds.
+enum class ScatterMode : uint8_t { Assign, Add };
+void gather(const Tensor& in, int64_t dim, const Tensor& index, const Tensor& out, const char* op);
+void scatter(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, ScatterMode mode,
+             const char* op);
 
 // Random fills of a contiguous `out` from its device's generator (core/random.h).
 void uniform(const Tensor& out, double low, double high);

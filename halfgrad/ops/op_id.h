@@ -32,6 +32,8 @@
   /* views, copies, joins */                                                                                \
   X(view) X(permute) X(narrow) X(slice) X(unsqueeze) X(squeeze) X(expand) X(clone) X(contiguous) X(to)      \
   X(to_device) X(cat) X(stack)                                                                              \
+  /* indexing and gathering */                                                                              \
+  X(index_select) X(gather) X(scatter) X(scatter_add) X(masked_fill) X(one_hot) X(index_put)                \
   /* in place only (add_, sub_, mul_, div_ use add, sub, mul, div) */                                       \
   X(fill) X(copy)
 // clang-format on

@@ -229,5 +229,7 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
 
 }  // namespace halfgrad
 
+// index_select, gather, scatter, masked_fill, where with scalars, one_hot.
+#include <halfgrad/ops/indexing_ops.h>
 // The operators (+ - * / == < += ...) on tensors.
 #include <halfgrad/ops/operators.h>

@@ -29,6 +29,9 @@ void sort(const Tensor& in, const Tensor& values, const Tensor& indices, bool de
 void take_along_dim_backward(const Tensor& g, const Tensor& indices, const Tensor& grad_in);
 void cumsum(const Tensor& in, const Tensor& out, bool reverse);
 void randperm(const Tensor& out);
+void gather(const Tensor& in, int64_t dim, const Tensor& index, const Tensor& out, const char* op);
+void scatter(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, kernels::ScatterMode mode,
+             const char* op);
 void uniform(const Tensor& out, double low, double high);
 void normal(const Tensor& out, double mean, double std);
 void randint(const Tensor& out, int64_t low, int64_t high);

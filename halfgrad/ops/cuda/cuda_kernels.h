@@ -31,6 +31,13 @@ void sort(const Tensor& in, const Tensor& values, const Tensor& indices, bool de
 void take_along_dim_backward(const Tensor& g, const Tensor& indices, const Tensor& grad_in);
 void cumsum(const Tensor& in, const Tensor& out, bool reverse);
 void randperm(const Tensor& out);
+// Gather/scatter (ops/cuda/index.cu): an out-of-range index is not checked on
+// the host (that would need a sync): gather writes NaN (0 for integer and bool
+// dtypes) for it and scatter skips it; memory out of bounds is never touched.
+// Add uses atomicAdd (float32, float64, int64; the op passes half types as a
+// float32 copy), so its float sums may differ in the last bits from run to run.
+void gather(const Tensor& in, int64_t dim, const Tensor& index, const Tensor& out);
+void scatter(const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, kernels::ScatterMode mode);
 // Random fills of a contiguous `out` from the device's generator (core/random.h):
 // the same numbers as the CPU backend's for the same seed and calls.
 void uniform(const Tensor& out, double low, double high);
