@@ -99,7 +99,7 @@ __device__ void norm_range(const T* p, int64_t begin, int64_t end, bool vec, Mod
 __global__ void __launch_bounds__(kThreads) norm_kernel(const __grid_constant__ NormArgs a) {
   const int t = cuda_mt::find_tensor(a.chunk_begin, a.count);
   const int64_t begin = static_cast<int64_t>(blockIdx.x - a.chunk_begin[t]) * kChunk;
-  const int64_t end = min(a.numel[t], begin + kChunk);
+  const int64_t end = ::min(a.numel[t], begin + kChunk);  // CUDA's min: halfgrad::min is the tensor op
   const Mode mode = static_cast<Mode>(a.mode);
   const bool vec = a.vec[t] != 0;
   double acc = 0.0;
@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(kThreads) clip_kernel(const __grid_constant__ 
   if (coef == 1.0f) return;  // x * 1 == x: save the stores
   const int t = cuda_mt::find_tensor(a.chunk_begin, a.count);
   const int64_t begin = static_cast<int64_t>(blockIdx.x - a.chunk_begin[t]) * kChunk;
-  const int64_t end = min(a.numel[t], begin + kChunk);
+  const int64_t end = ::min(a.numel[t], begin + kChunk);  // CUDA's min: halfgrad::min is the tensor op
   const bool vec = a.vec[t] != 0;
   switch (a.kind[t]) {
     case kFloat32: scale_range(static_cast<float*>(a.data[t]), begin, end, vec, coef); break;

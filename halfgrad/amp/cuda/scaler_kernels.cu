@@ -70,7 +70,7 @@ __device__ bool unscale_range(T* p, int64_t begin, int64_t end, bool vec, float 
 __global__ void __launch_bounds__(kThreads) unscale_and_check_kernel(const __grid_constant__ UnscaleArgs a) {
   const int t = cuda_mt::find_tensor(a.chunk_begin, a.count);
   const int64_t begin = static_cast<int64_t>(blockIdx.x - a.chunk_begin[t]) * kChunk;
-  const int64_t end = min(a.numel[t], begin + kChunk);
+  const int64_t end = ::min(a.numel[t], begin + kChunk);  // CUDA's min: halfgrad::min is the tensor op
   // The factor is read here, on the device: the host never learns the scale.
   const float inv = a.inv_scale != nullptr ? *a.inv_scale : 1.0f;
   const bool apply = a.inv_scale != nullptr && inv != 1.0f;  // x * 1 == x: save the stores

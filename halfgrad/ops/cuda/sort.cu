@@ -109,7 +109,7 @@ __global__ void gather_kernel(const S* __restrict__ in, const int64_t* __restric
                               int64_t total, int64_t n) {
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const int64_t j = min(max(idx[i], int64_t{0}), n - 1);
+    const int64_t j = ::min(::max(idx[i], int64_t{0}), n - 1);  // CUDA's min/max, not the tensor ops
     out[i] = in[(i / n) * n + j];
   }
 }

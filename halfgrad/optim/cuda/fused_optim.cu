@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kThreads) sgd_kernel(const __grid_constant__ S
   if (skipped(a.found_inf)) return;
   const int t = cuda_mt::find_tensor(a.chunk_begin, a.count);
   const int64_t begin = static_cast<int64_t>(blockIdx.x - a.chunk_begin[t]) * kChunk;
-  const int64_t end = min(a.numel[t], begin + kChunk);
+  const int64_t end = ::min(a.numel[t], begin + kChunk);  // CUDA's min: halfgrad::min is the tensor op
   const float inv = a.inv_scale != nullptr ? *a.inv_scale : 1.0f;
   const bool write_grad = a.inv_scale != nullptr;  // else .grad already holds the unscaled value
   math::SGDHyper h = a.h;
@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(kThreads) adam_kernel(const __grid_constant__ 
   if (skipped(a.found_inf)) return;
   const int t = cuda_mt::find_tensor(a.chunk_begin, a.count);
   const int64_t begin = static_cast<int64_t>(blockIdx.x - a.chunk_begin[t]) * kChunk;
-  const int64_t end = min(a.numel[t], begin + kChunk);
+  const int64_t end = ::min(a.numel[t], begin + kChunk);  // CUDA's min: halfgrad::min is the tensor op
   const float inv = a.inv_scale != nullptr ? *a.inv_scale : 1.0f;
   const bool write_grad = a.inv_scale != nullptr;
   // Bias corrections from the device-side step count (already advanced for
