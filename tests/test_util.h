@@ -138,8 +138,9 @@ inline std::vector<int64_t> ivalues(const Tensor& t) {
 inline bool same_bits(const Tensor& a, const Tensor& b) {
   if (!a.defined() || !b.defined()) return a.defined() == b.defined();
   const Tensor x = a.detach().cpu().contiguous(), y = b.detach().cpu().contiguous();
+  // An empty tensor may have no storage: memcmp must not see its null pointer.
   return x.dtype() == y.dtype() && x.shape() == y.shape() &&
-         std::memcmp(x.data_ptr(), y.data_ptr(), static_cast<size_t>(x.numel()) * halfgrad::itemsize(x.dtype())) == 0;
+         (x.numel() == 0 || std::memcmp(x.data_ptr(), y.data_ptr(), static_cast<size_t>(x.numel()) * halfgrad::itemsize(x.dtype())) == 0);
 }
 
 inline std::vector<uint16_t> bits16(const Tensor& t) {
