@@ -43,7 +43,7 @@ off_t complete_length(int fd) {
   const off_t size = lseek(fd, 0, SEEK_END);
   off_t end = size;
   char c = 0;
-  while (end > 0) {
+  while (end > 0) {  // (O_RDWR in append mode, for this read)
     if (pread(fd, &c, 1, end - 1) != 1) return -1;
     if (c == '\n') break;
     --end;
@@ -54,7 +54,7 @@ off_t complete_length(int fd) {
 }  // namespace
 
 MetricsCsv::MetricsCsv(std::string path, bool append) : path_(std::move(path)) {
-  const int flags = O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (append ? 0 : O_TRUNC);
+  const int flags = (append ? O_RDWR : O_WRONLY) | O_CREAT | O_APPEND | O_CLOEXEC | (append ? 0 : O_TRUNC);
   fd_ = ::open(path_.c_str(), flags, 0644);
   HG_CHECK(fd_ >= 0, "MetricsCsv: cannot open '{}' for writing: {}; check that the folder exists and is writable",
            path_, std::strerror(errno));

@@ -31,6 +31,7 @@
 // bar when the end is reached (or when the wrapper is destroyed):
 //
 //   for (auto& batch : hg::train::progress(loader, {.desc = "epoch 1", .samples_per_step = 64})) { ... }
+#include <concepts>
 #include <cstdint>
 #include <functional>
 #include <iterator>
@@ -89,6 +90,10 @@ class ProgressBar {
   void set_postfix(const std::string& key, std::string value);
   void set_postfix(const std::string& key, const char* value) { set_postfix(key, std::string(value)); }
   void set_postfix(const std::string& key, double value);
+  template <std::integral I>  // counts ("skipped=3"); also keeps set_postfix("k", 0) unambiguous
+  void set_postfix(const std::string& key, I value) {
+    set_postfix(key, std::to_string(value));
+  }
   void set_description(std::string desc);
 
   // A message on its own line: on a terminal the bar is cleared, the message

@@ -87,6 +87,8 @@ TEST_CASE("plain mode: one line every N steps, exact text, rates and remaining t
       if (i == 450) bar.set_postfix({{"lr", "1.0e-03"}});
       if (i == 450) bar.set_postfix("loss", 0.41234567);
       if (i == 450) bar.set_postfix("lr", "5.0e-04");  // keeps its place
+      if (i == 450) bar.set_postfix("skipped", 0);
+      if (i == 460) bar.set_postfix("skipped", int64_t{3});
       bar.update();
     }
     clock.t = 30;
@@ -96,8 +98,9 @@ TEST_CASE("plain mode: one line every N steps, exact text, rates and remaining t
   CHECK(lines[0] == "epoch 1:  10% 100/1000 [00:02<00:22, 40.00it/s, 2.56k samples/s]");
   CHECK(lines[2] == "epoch 1:  30% 300/1000 [00:07<00:17, 40.00it/s, 2.56k samples/s]");
   CHECK(lines[3] == "epoch 1:  40% 400/1000 [00:10<00:15, 40.00it/s, 2.56k samples/s]");
-  CHECK(lines[4] == "epoch 1:  50% 500/1000 [00:12<00:12, 40.00it/s, 2.56k samples/s, lr=5.0e-04, loss=0.412]");
-  CHECK(lines[9] == "epoch 1: 100% 1000/1000 [00:25<00:00, 40.00it/s, 2.56k samples/s, lr=5.0e-04, loss=0.412]");
+  CHECK(lines[4] == "epoch 1:  50% 500/1000 [00:12<00:12, 40.00it/s, 2.56k samples/s, lr=5.0e-04, loss=0.412, skipped=3]");
+  CHECK(lines[9] ==
+        "epoch 1: 100% 1000/1000 [00:25<00:00, 40.00it/s, 2.56k samples/s, lr=5.0e-04, loss=0.412, skipped=3]");
   CHECK(out.str().back() == '\n');
   CHECK(out.str().find('\r') == std::string::npos);
 }
