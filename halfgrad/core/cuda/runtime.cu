@@ -279,4 +279,27 @@ void synchronize() {
   HG_CUDA_CHECK(cudaStreamSynchronize(stream()));
 }
 
+namespace {
+uint64_t pool_attribute(int device, cudaMemPoolAttr attr, const char* op) {
+  check_device(device, op);
+  DeviceGuard guard(device);
+  uint64_t value = 0;
+  HG_CUDA_CHECK(cudaMemPoolGetAttribute(pool_for(device), attr, &value));
+  return value;
+}
+}  // namespace
+
+uint64_t pool_used_current(int device) {
+  return pool_attribute(device, cudaMemPoolAttrUsedMemCurrent, "cuda::pool_used_current");
+}
+uint64_t pool_used_high(int device) {
+  return pool_attribute(device, cudaMemPoolAttrUsedMemHigh, "cuda::pool_used_high");
+}
+void reset_pool_used_high(int device) {
+  check_device(device, "cuda::reset_pool_used_high");
+  DeviceGuard guard(device);
+  uint64_t zero = 0;  // the only value the attribute accepts: resets it to the current use
+  HG_CUDA_CHECK(cudaMemPoolSetAttribute(pool_for(device), cudaMemPoolAttrUsedMemHigh, &zero));
+}
+
 }  // namespace halfgrad::cuda

@@ -8,6 +8,7 @@
 // and restores the caller's device afterwards. All work is queued on
 // current_stream(); the caller must keep that stream on the same device.
 #include <cstddef>
+#include <cstdint>
 
 #include <halfgrad/core/device.h>  // declares is_available() and device_count()
 #include <halfgrad/core/dtype.h>
@@ -55,5 +56,15 @@ void fill(void* dst, DType dtype, size_t n, double value, int device);
 
 // Wait for everything queued on current_stream().
 void synchronize();
+
+// The device's default memory pool (the one allocate() uses): bytes handed out
+// to tensors now, and the most handed out at once since the process started or
+// the last reset_pool_used_high (cudaMemPoolAttrUsedMem{Current,High}). What the
+// pool has freed but keeps cached is not counted. Neither waits for the device:
+// allocations are accounted when queued.
+uint64_t pool_used_current(int device);
+uint64_t pool_used_high(int device);
+// Resets the high-water mark to the pool's current use.
+void reset_pool_used_high(int device);
 
 }  // namespace halfgrad::cuda

@@ -37,5 +37,8 @@ void fill(void*, DType, size_t n, double, int) {
   if (n > 0) no_cuda("fill");
 }
 void synchronize() {}
+uint64_t pool_used_current(int) { no_cuda("pool_used_current"); }
+uint64_t pool_used_high(int) { no_cuda("pool_used_high"); }
+void reset_pool_used_high(int) { no_cuda("reset_pool_used_high"); }
 
 }  // namespace halfgrad::cuda
