@@ -23,6 +23,17 @@ uint64_t initial_seed() {
   return g_seed;
 }
 
+rng::PhiloxState get_rng_state() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return {g_seed, g_offset};
+}
+
+void set_rng_state(const rng::PhiloxState& state) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_seed = state.seed;
+  g_offset = state.offset;
+}
+
 namespace rng {
 
 PhiloxState cpu_reserve(uint64_t n) {
