@@ -137,6 +137,10 @@ Header parse_header(std::string_view text, uint64_t data_size, const std::string
     }
     return true;
   };
+  // nlohmann stops reading at a NUL byte as at the end of the input, so
+  // "{}\0garbage" would pass; raw NULs are never valid JSON text.
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos)
+    bad(file, fmt::format("the header is not valid JSON (a NUL byte at header offset {})", nul));
   json root;
   try {
     root = json::parse(text.begin(), text.end(), check);
