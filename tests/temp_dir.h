@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -37,4 +38,16 @@ inline void write_bytes(const std::string& path, const std::string& bytes) {
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
+}  // namespace hgtest
+
+namespace hgtest {
+// The names in `dir` that start with `prefix`.
+inline std::vector<std::string> entries_named(const std::filesystem::path& dir, const std::string& prefix) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) == 0) out.push_back(name);
+  }
+  return out;
+}
 }  // namespace hgtest

@@ -213,7 +213,13 @@ void save_checkpoint(const std::string& dir, const CheckpointParts& parts) {
       const rng::PhiloxState s = get_rng_state();
       trainer["rng"] = {{"cpu", {{"seed", s.seed}, {"offset", s.offset}}}};
     }
-    atomic_write_file((temp / "trainer.json").string(), trainer.dump(1) + "\n");  // last: the completion marker
+    std::string text;
+    try {
+      text = trainer.dump(1) + "\n";
+    } catch (const json::exception& e) {
+      fail("save_checkpoint('{}'): an `extra` key or value is not valid UTF-8 ({})", dir, e.what());
+    }
+    atomic_write_file((temp / "trainer.json").string(), text);  // last: the completion marker
     fsync_directory(temp.string());
     install_folder(temp, target);
     fsync_directory(parent.string());
