@@ -39,4 +39,16 @@ uint64_t seed_generation();
 // separate there too).
 rng::PhiloxState get_rng_state();
 void set_rng_state(const rng::PhiloxState& state);
+
+namespace cuda {
+// torch.cuda.get_rng_state(device) / torch.cuda.set_rng_state(state, device):
+// the generator of cuda:<device>. Each call copies the state between host
+// and device and waits for that copy (the state lives in device memory, and
+// draws queued before are ordered before it on the current stream). Setting
+// a state also counts as this device's seeding, so a later manual_seed still
+// re-seeds it. An Error without CUDA, for a device that does not exist, or
+// while the current stream is being captured into a graph.
+rng::PhiloxState get_rng_state(int device = 0);
+void set_rng_state(const rng::PhiloxState& state, int device = 0);
+}  // namespace cuda
 }  // namespace halfgrad

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include <halfgrad/core/atomic_file.h>
+#include <halfgrad/core/device.h>
 #include <halfgrad/core/random.h>
 #include <halfgrad/nn/safetensors.h>
 #include <nlohmann/json.hpp>
@@ -211,7 +212,13 @@ void save_checkpoint(const std::string& dir, const CheckpointParts& parts) {
     if (parts.scaler != nullptr) trainer["scaler"] = doubles(parts.scaler->state_dict());
     if (parts.rng) {
       const rng::PhiloxState s = get_rng_state();
-      trainer["rng"] = {{"cpu", {{"seed", s.seed}, {"offset", s.offset}}}};
+      json cuda_states = json::array();
+      if (cuda::is_available())
+        for (int d = 0; d < cuda::device_count(); ++d) {
+          const rng::PhiloxState c = cuda::get_rng_state(d);
+          cuda_states.push_back({{"seed", c.seed}, {"offset", c.offset}});
+        }
+      trainer["rng"] = {{"cpu", {{"seed", s.seed}, {"offset", s.offset}}}, {"cuda", cuda_states}};
     }
     std::string text;
     try {
@@ -269,12 +276,20 @@ void load_checkpoint(const std::string& dir, CheckpointParts& parts) {
   std::optional<std::map<std::string, double>> scaler_st;
   if (parts.scaler != nullptr) scaler_st = doubles(field(trainer, "scaler", trainer_path), trainer_path, "scaler");
   std::optional<rng::PhiloxState> rng_st;
+  std::vector<rng::PhiloxState> cuda_rng;
   if (parts.rng) {
-    const json& r = field(field(trainer, "rng", trainer_path), "cpu", trainer_path);
-    HG_CHECK(r.is_object() && r.contains("seed") && r.contains("offset") && r["seed"].is_number_unsigned() &&
-                 r["offset"].is_number_unsigned(),
-             "checkpoint '{}': rng.cpu must hold an unsigned seed and offset, got {}", trainer_path, r.dump());
-    rng_st = rng::PhiloxState{r["seed"].get<uint64_t>(), r["offset"].get<uint64_t>()};
+    const auto philox = [&](const json& r, const char* what) {
+      HG_CHECK(r.is_object() && r.contains("seed") && r.contains("offset") && r["seed"].is_number_unsigned() &&
+                   r["offset"].is_number_unsigned(),
+               "checkpoint '{}': {} must hold an unsigned seed and offset, got {}", trainer_path, what, r.dump());
+      return rng::PhiloxState{r["seed"].get<uint64_t>(), r["offset"].get<uint64_t>()};
+    };
+    const json& r = field(trainer, "rng", trainer_path);
+    rng_st = philox(field(r, "cpu", trainer_path), "rng.cpu");
+    if (r.contains("cuda")) {
+      HG_CHECK(r["cuda"].is_array(), "checkpoint '{}': rng.cuda must be an array", trainer_path);
+      for (const json& c : r["cuda"]) cuda_rng.push_back(philox(c, "rng.cuda[]"));
+    }
   }
 
   // Then apply, model first (its load is all-or-nothing).
@@ -291,6 +306,10 @@ void load_checkpoint(const std::string& dir, CheckpointParts& parts) {
   if (scheduler_st) parts.scheduler->load_state_dict(*scheduler_st);
   if (scaler_st) parts.scaler->load_state_dict(*scaler_st);
   if (rng_st) set_rng_state(*rng_st);
+  // CUDA generators: those of the devices this process has (a checkpoint
+  // from a bigger or CUDA machine loads on a smaller or CPU-only one).
+  const int devices = cuda::is_available() ? cuda::device_count() : 0;
+  for (int d = 0; d < std::min<int>(devices, static_cast<int>(cuda_rng.size())); ++d) cuda::set_rng_state(cuda_rng[d], d);
   parts.epoch = epoch;
   parts.step = step;
   parts.extra = std::move(extra);

@@ -36,7 +36,10 @@ struct CheckpointParts {
   amp::GradScaler* scaler = nullptr;
   int64_t epoch = 0;
   int64_t step = 0;
-  // Save the CPU generator's state (get_rng_state) and restore it on load.
+  // Save the CPU generator's state (get_rng_state) and, where CUDA is
+  // available, every CUDA device's (cuda::get_rng_state, which initialises
+  // each device's generator); restore them on load (the CUDA ones for the
+  // devices this process has).
   bool rng = true;
   // Free-form state of the caller's own (the data loader's position, ...);
   // load replaces it with the saved map.

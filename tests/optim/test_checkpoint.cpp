@@ -279,3 +279,17 @@ TEST_CASE("Checkpoint: broken or foreign folders are Errors naming the file", "[
       {"another model", [&] { hg::optim::load_checkpoint(other_model, parts); }, {"other_model", "model.safetensors"}},
   });
 }
+
+TEST_CASE("Checkpoint: the CUDA generators are saved and restored", "[optim][checkpoint][cuda]") {
+  TempDir dir;
+  hg::manual_seed(0);
+  hgtest::MLP model;
+  (void)hg::randn({9}, hg::Device::cuda());
+  hg::optim::save_checkpoint(dir / "c", {.model = &model});
+  const hg::Tensor cpu = hg::randn({4}), gpu = hg::randn({4}, hg::Device::cuda());
+  (void)hg::randn({100}, hg::Device::cuda());
+  hg::optim::CheckpointParts parts{.model = &model};
+  hg::optim::load_checkpoint(dir / "c", parts);
+  CHECK(hgtest::same_bits(hg::randn({4}), cpu));
+  CHECK(hgtest::same_bits(hg::randn({4}, hg::Device::cuda()), gpu));
+}
