@@ -241,7 +241,7 @@ void load_checkpoint(const std::string& dir, CheckpointParts& parts) {
   const std::string trainer_path = (root / "trainer.json").string();
   // Read and check everything first.
   const json trainer = read_json(trainer_path);
-  HG_CHECK(trainer.is_object() && trainer.value("format", "") == kFormat,
+  HG_CHECK(trainer.is_object() && trainer.contains("format") && trainer["format"] == kFormat,
            "load_checkpoint: '{}' is not a halfgrad checkpoint (no \"format\": \"{}\")", trainer_path, kFormat);
   const int64_t version = int_field(trainer, "version", trainer_path);
   HG_CHECK(version == kVersion, "load_checkpoint: '{}' has format version {}; this halfgrad reads version {}",

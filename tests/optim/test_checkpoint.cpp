@@ -250,6 +250,12 @@ TEST_CASE("Checkpoint: broken or foreign folders are Errors naming the file", "[
   hgtest::write_bytes(bad_json + "/trainer.json", "{\"format\":");
   const std::string other = copy("other");
   hgtest::write_bytes(other + "/trainer.json", R"({"format":"something-else"})");
+  const std::string format_number = copy("format_number");
+  hgtest::write_bytes(format_number + "/trainer.json", R"({"format":3})");
+  const std::string array = copy("array");
+  hgtest::write_bytes(array + "/trainer.json", "[1]");
+  const std::string no_step = copy("no_step");
+  hgtest::write_bytes(no_step + "/trainer.json", R"({"format":"halfgrad-checkpoint","version":1,"epoch":0})");
   const std::string version = copy("version");
   {
     std::string t = hgtest::read_bytes(version + "/trainer.json");
@@ -272,6 +278,9 @@ TEST_CASE("Checkpoint: broken or foreign folders are Errors naming the file", "[
       {"missing folder", [&] { hg::optim::load_checkpoint(dir / "nope", parts); }, {"not a complete checkpoint"}},
       {"bad JSON", [&] { hg::optim::load_checkpoint(bad_json, parts); }, {"bad_json/trainer.json", "not valid JSON"}},
       {"foreign format", [&] { hg::optim::load_checkpoint(other, parts); }, {"not a halfgrad checkpoint"}},
+      {"format not a string", [&] { hg::optim::load_checkpoint(format_number, parts); }, {"not a halfgrad checkpoint"}},
+      {"not an object", [&] { hg::optim::load_checkpoint(array, parts); }, {"not a halfgrad checkpoint"}},
+      {"no step", [&] { hg::optim::load_checkpoint(no_step, parts); }, {"no \"step\""}},
       {"newer version", [&] { hg::optim::load_checkpoint(version, parts); }, {"format version 9"}},
       {"optimizer tensor name", [&] { hg::optim::load_checkpoint(opt_name, parts); }, {"\"momentum\" is not named state.<index>.<buffer>"}},
       {"no param_groups", [&] { hg::optim::load_checkpoint(no_groups, parts); }, {"no \"param_groups\""}},
