@@ -361,8 +361,12 @@ std::string CheckpointManager::save(int64_t step, const CheckpointParts& parts) 
   const std::string dir = path(step);
   save_checkpoint(dir, at);
   if (keep_last_ > 0) {
-    const auto all = steps();
-    for (size_t i = 0; i + static_cast<size_t>(keep_last_) < all.size(); ++i) {
+    // The one just saved always stays (even when it has a lower step than
+    // older ones, as after restarting from an earlier checkpoint), plus the
+    // keep_last - 1 highest steps of the others.
+    std::vector<int64_t> all = steps();
+    all.erase(std::remove(all.begin(), all.end(), step), all.end());
+    for (size_t i = 0; i + static_cast<size_t>(keep_last_ - 1) < all.size(); ++i) {
       // Renamed out of the ckpt-<step> names first, so a crash mid-removal
       // never leaves a partial folder that latest() would pick.
       std::error_code ec;

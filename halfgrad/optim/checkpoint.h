@@ -54,8 +54,8 @@ void save_checkpoint(const std::string& dir, const CheckpointParts& parts);
 // the parts partly loaded: do not train on after an Error.
 void load_checkpoint(const std::string& dir, CheckpointParts& parts);
 
-// Checkpoints `root`/ckpt-<step>, keeping the `keep_last` newest (by step;
-// 0 keeps all). Folders it did not name (other files, hidden temp folders of
+// Checkpoints `root`/ckpt-<step>, keeping `keep_last` of them (0 keeps all):
+// the one just saved and the highest steps of the others. Folders it did not name (other files, hidden temp folders of
 // a save that crashed) are left alone.
 class CheckpointManager {
  public:

@@ -185,6 +185,10 @@ TEST_CASE("CheckpointManager keeps the last K and finds the latest complete one"
   CHECK(manager.steps() == std::vector<int64_t>{30, 40});
   hg::optim::load_checkpoint(manager.path(40), loaded);
   CHECK(hgtest::same_bits(other.model.linear1.weight, run.model.linear1.weight));
+  // Saving a lower step (a run restarted from an earlier checkpoint) keeps it.
+  manager.save(20, run.parts());
+  CHECK(manager.steps() == std::vector<int64_t>{20, 40});
+  CHECK(manager.latest() == manager.path(40));
   hgtest::expect_errors({
       {"keep_last < 0", [&] { hg::optim::CheckpointManager(dir.path.string(), -1); }, {"keep_last must be >= 0"}},
       {"negative step", [&] { manager.save(-1, run.parts()); }, {"the step must be >= 0"}},
