@@ -2,6 +2,7 @@
 // The umbrella header: `#include <halfgrad.h>` and `namespace hg = halfgrad;`.
 // It reaches only the public API; every header it pulls in is installed under
 // <halfgrad/...>, so names like core/tensor.h in a user's project cannot collide.
+#include <halfgrad/core/atomic_file.h>
 #include <halfgrad/core/device.h>
 #include <halfgrad/core/dtype.h>
 #include <halfgrad/core/error.h>

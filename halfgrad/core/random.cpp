@@ -2,6 +2,8 @@
 
 #include <mutex>
 
+#include <halfgrad/core/error.h>
+
 namespace halfgrad {
 
 namespace {
@@ -23,6 +25,17 @@ uint64_t initial_seed() {
   return g_seed;
 }
 
+rng::PhiloxState get_rng_state() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return {g_seed, g_offset};
+}
+
+void set_rng_state(const rng::PhiloxState& state) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_seed = state.seed;
+  g_offset = state.offset;
+}
+
 namespace rng {
 
 PhiloxState cpu_reserve(uint64_t n) {
@@ -38,4 +51,16 @@ uint64_t seed_generation() {
 }
 
 }  // namespace rng
+#ifndef HALFGRAD_WITH_CUDA
+// Without CUDA there is no device generator (ops/cuda/random.cu has the real ones).
+namespace cuda {
+rng::PhiloxState get_rng_state(int device) {
+  fail("cuda::get_rng_state(cuda:{}): this halfgrad was built without CUDA; there is no CUDA generator", device);
+}
+void set_rng_state(const rng::PhiloxState&, int device) {
+  fail("cuda::set_rng_state(cuda:{}): this halfgrad was built without CUDA; there is no CUDA generator", device);
+}
+}  // namespace cuda
+#endif
+
 }  // namespace halfgrad

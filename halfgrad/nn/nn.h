@@ -8,6 +8,7 @@
 #include <halfgrad/nn/linear.h>
 #include <halfgrad/nn/loss.h>
 #include <halfgrad/nn/module.h>
+#include <halfgrad/nn/safetensors.h>
 #include <halfgrad/nn/sequential.h>
 #include <halfgrad/nn/state_dict.h>
 #include <halfgrad/nn/utils.h>

@@ -145,3 +145,47 @@ void randint(const Tensor& out, int64_t low, int64_t high) {
 }
 
 }  // namespace halfgrad::cuda_ops
+
+// torch.cuda.get_rng_state / set_rng_state (core/random.h): the state is
+// copied on the current stream, after the draws queued there, and the host
+// waits for the copy; the generator is made current first (seeded if
+// manual_seed ran since), so a set state is not overwritten by a pending re-seed.
+namespace halfgrad::cuda {
+
+namespace {
+cuda_ops::DeviceGenerator& generator_for_copy(const char* op, int device, cudaStream_t s) {
+  HG_CHECK(device >= 0 && device < device_count(), "{}: there is no device cuda:{} ({} CUDA devices)", op, device,
+           device_count());
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  HG_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
+  HG_CHECK(capture == cudaStreamCaptureStatusNone,
+           "{}: the current stream is being captured into a CUDA graph; read or set the generator outside the capture",
+           op);
+  return cuda_ops::generator(device, s, false);
+}
+}  // namespace
+
+rng::PhiloxState get_rng_state(int device) {
+  DeviceGuard guard(device >= 0 && device < device_count() ? device : 0);
+  const cudaStream_t s = stream();
+  std::lock_guard<std::mutex> lock(cuda_ops::g_draw_mutex);
+  cuda_ops::DeviceGenerator& g = generator_for_copy("cuda::get_rng_state", device, s);
+  rng::PhiloxState out;
+  HG_CUDA_CHECK(cudaMemcpyAsync(&out, g.state, sizeof out, cudaMemcpyDeviceToHost, s));
+  HG_CUDA_CHECK(cudaStreamSynchronize(s));
+  return out;
+}
+
+void set_rng_state(const rng::PhiloxState& state, int device) {
+  DeviceGuard guard(device >= 0 && device < device_count() ? device : 0);
+  const cudaStream_t s = stream();
+  std::lock_guard<std::mutex> lock(cuda_ops::g_draw_mutex);
+  cuda_ops::DeviceGenerator& g = generator_for_copy("cuda::set_rng_state", device, s);
+  const rng::PhiloxState copy = state;
+  HG_CUDA_CHECK(cudaMemcpyAsync(g.state, &copy, sizeof copy, cudaMemcpyHostToDevice, s));
+  HG_CUDA_CHECK(cudaStreamSynchronize(s));  // `copy` is on this stack frame
+  HG_CUDA_CHECK(cudaEventRecord(g.drawn, s));
+  g.last_stream = s;
+}
+
+}  // namespace halfgrad::cuda

@@ -1,0 +1,308 @@
+// Training checkpoints: a run interrupted after N steps, saved, loaded into
+// fresh objects and continued for M steps ends bit for bit where the
+// uninterrupted N+M-step run does (weights, optimizer buffers, scaler, LR
+// schedule, RNG); CheckpointManager keeps the last K; a failed save leaves
+// the previous checkpoint; broken checkpoints are Errors.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <set>
+
+#include <halfgrad.h>
+
+#include "temp_dir.h"
+#include "test_util.h"
+#include "tutorial_mlp.h"
+
+namespace hg = halfgrad;
+namespace fs = std::filesystem;
+using hgtest::TempDir;
+
+namespace {
+
+using MakeOptimizer = std::function<std::unique_ptr<hg::optim::Optimizer>(std::vector<hg::Tensor>)>;
+
+// The tutorial MLP trained under bf16 autocast with a GradScaler and StepLR;
+// every step draws its batch from the global generator, so a resume that
+// missed the RNG state would see other data.
+struct Run {
+  hgtest::MLP model;
+  std::unique_ptr<hg::optim::Optimizer> optimizer;
+  hg::optim::StepLR scheduler;
+  hg::amp::GradScaler scaler{{.init_scale = 1024.0, .growth_interval = 2}};
+  hg::nn::CrossEntropyLoss criterion;
+
+  explicit Run(const MakeOptimizer& make) : optimizer(make(model.parameters())), scheduler(*optimizer, 3, 0.5) {}
+
+  void step() {
+    const hg::Tensor x = hg::randn({16, 10}), y = hg::randint(0, 10, {16});
+    hg::Tensor loss;
+    {
+      hg::amp::autocast region(hg::DeviceType::CPU, hg::bfloat16);
+      loss = criterion(model.forward(x), y);
+    }
+    optimizer->zero_grad();
+    scaler.scale(loss).backward();
+    scaler.step(*optimizer);
+    scaler.update();
+    scheduler.step();
+  }
+
+  hg::optim::CheckpointParts parts() { return {.model = &model, .optimizer = optimizer.get(), .scheduler = &scheduler, .scaler = &scaler}; }
+};
+
+void check_same(Run& a, Run& b) {
+  for (const auto& [name, t] : a.model.state_dict()) {
+    INFO(name);
+    CHECK(hgtest::same_bits(b.model.state_dict().at(name), t));
+  }
+  const auto sa = a.optimizer->state_dict(), sb = b.optimizer->state_dict();
+  REQUIRE(sa.state.size() == sb.state.size());
+  CHECK(!sa.state.empty());
+  for (const auto& [index, buffers] : sa.state) {
+    REQUIRE(sb.state.count(index) == 1);
+    REQUIRE(sb.state.at(index).size() == buffers.size());
+    for (const auto& [name, t] : buffers) {
+      INFO(index << "." << name);
+      CHECK(hgtest::same_bits(sb.state.at(index).at(name), t));
+    }
+  }
+  REQUIRE(sa.param_groups.size() == sb.param_groups.size());
+  for (size_t g = 0; g < sa.param_groups.size(); ++g) {
+    CHECK(sa.param_groups[g].options == sb.param_groups[g].options);
+    CHECK(sa.param_groups[g].params == sb.param_groups[g].params);
+  }
+  CHECK(a.scaler.state_dict() == b.scaler.state_dict());
+  CHECK(a.scheduler.get_last_lr() == b.scheduler.get_last_lr());
+  CHECK(a.scheduler.state_dict().scalars == b.scheduler.state_dict().scalars);
+}
+
+void exact_resume(const MakeOptimizer& make, int n, int m) {
+  TempDir dir;
+  hg::manual_seed(0);
+  Run reference(make);
+  const hg::Tensor initial = reference.model.linear1.weight.clone();
+  for (int i = 0; i < n + m; ++i) reference.step();
+  const auto rng_after = hg::get_rng_state();
+
+  hg::manual_seed(0);
+  Run first(make);
+  for (int i = 0; i < n; ++i) first.step();
+  auto parts = first.parts();
+  parts.epoch = 1;
+  parts.step = n;
+  parts.extra = {{"loader", R"({"epoch":1,"position":48})"}};
+  hg::optim::save_checkpoint(dir / "ckpt", parts);
+
+  hg::manual_seed(12345);  // fresh objects from other numbers
+  (void)hg::randn({100});
+  Run resumed(make);
+  REQUIRE(!hgtest::same_bits(resumed.model.linear1.weight, initial));
+  auto loaded = resumed.parts();
+  hg::optim::load_checkpoint(dir / "ckpt", loaded);
+  CHECK(loaded.epoch == 1);
+  CHECK(loaded.step == n);
+  CHECK(loaded.extra == parts.extra);
+  for (int i = 0; i < m; ++i) resumed.step();
+
+  check_same(reference, resumed);
+  CHECK(hg::get_rng_state() == rng_after);
+  CHECK(!hgtest::same_bits(reference.model.linear1.weight, initial));  // it trained
+  CHECK(reference.scaler.get_scale() > 1024.0);                         // and the scale grew
+}
+
+}  // namespace
+
+TEST_CASE("Checkpoint: SGD with momentum + StepLR + GradScaler + bf16 autocast resumes bit for bit", "[optim][checkpoint]") {
+  exact_resume([](std::vector<hg::Tensor> p) {
+    return std::make_unique<hg::optim::SGD>(std::move(p), hg::optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 1e-4});
+  }, 5, 4);
+}
+
+TEST_CASE("Checkpoint: Adam + StepLR + GradScaler + bf16 autocast resumes bit for bit", "[optim][checkpoint]") {
+  exact_resume([](std::vector<hg::Tensor> p) {
+    return std::make_unique<hg::optim::Adam>(std::move(p), hg::optim::AdamOptions{.lr = 1e-2});
+  }, 4, 5);
+}
+
+namespace {
+MakeOptimizer sgd = [](std::vector<hg::Tensor> p) {
+  return std::make_unique<hg::optim::SGD>(std::move(p), hg::optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+};
+}  // namespace
+
+TEST_CASE("Checkpoint: the folder holds the three files, optimizer tensors named state.<index>.<buffer>", "[optim][checkpoint]") {
+  TempDir dir;
+  hg::manual_seed(0);
+  Run run(sgd);
+  run.step();
+  hg::optim::save_checkpoint(dir / "c", run.parts());
+  std::set<std::string> files;
+  for (const auto& e : fs::directory_iterator(dir.path / "c")) files.insert(e.path().filename().string());
+  CHECK(files == std::set<std::string>{"model.safetensors", "optimizer.safetensors", "trainer.json"});
+  CHECK(hgtest::entries_named(dir.path, ".").empty());  // no temp folder left
+  const auto opt = hg::nn::load_safetensors(dir / "c/optimizer.safetensors");
+  CHECK(opt.find("state.0.momentum_buffer") != nullptr);
+  CHECK(opt.find("state.3.momentum_buffer") != nullptr);
+  CHECK(opt.metadata.at("optimizer") == "SGD");
+  CHECK(opt.metadata.at("param_groups").find("\"momentum\":0.9") != std::string::npos);
+  const auto model = hg::nn::load_safetensors(dir / "c/model.safetensors");
+  CHECK(model.find("linear2.bias") != nullptr);
+}
+
+TEST_CASE("CheckpointManager keeps the last K and finds the latest complete one", "[optim][checkpoint]") {
+  TempDir dir;
+  hg::manual_seed(0);
+  Run run(sgd);
+  hg::optim::CheckpointManager manager(dir.path.string(), 2);
+  CHECK(!manager.latest());
+  auto parts = run.parts();
+  CHECK(!manager.load_latest(parts));
+  for (int step = 1; step <= 4; ++step) {
+    run.step();
+    CHECK(manager.save(step * 10, run.parts()) == manager.path(step * 10));
+  }
+  CHECK(manager.steps() == std::vector<int64_t>{30, 40});
+  CHECK(manager.latest() == manager.path(40));
+  // Not a checkpoint of its: other names, an incomplete folder, a crashed save's temp folder.
+  fs::create_directory(dir.path / "ckpt-99");  // no trainer.json
+  fs::create_directory(dir.path / "ckpt-007");
+  fs::create_directory(dir.path / "notes");
+  fs::create_directory(dir.path / ".ckpt-50.partial-1-0");
+  hgtest::write_bytes(dir / ".ckpt-50.partial-1-0/trainer.json", "{}");
+  CHECK(manager.steps() == std::vector<int64_t>{30, 40});
+  hg::manual_seed(3);
+  Run other(sgd);
+  auto loaded = other.parts();
+  REQUIRE(manager.load_latest(loaded));
+  CHECK(loaded.step == 40);
+  CHECK(hgtest::same_bits(other.model.linear1.weight, run.model.linear1.weight));
+  // A step saved again replaces its folder.
+  run.step();
+  manager.save(40, run.parts());
+  CHECK(manager.steps() == std::vector<int64_t>{30, 40});
+  hg::optim::load_checkpoint(manager.path(40), loaded);
+  CHECK(hgtest::same_bits(other.model.linear1.weight, run.model.linear1.weight));
+  // Saving a lower step (a run restarted from an earlier checkpoint) keeps it.
+  manager.save(20, run.parts());
+  CHECK(manager.steps() == std::vector<int64_t>{20, 40});
+  CHECK(manager.latest() == manager.path(40));
+  hgtest::expect_errors({
+      {"keep_last < 0", [&] { hg::optim::CheckpointManager(dir.path.string(), -1); }, {"keep_last must be >= 0"}},
+      {"negative step", [&] { manager.save(-1, run.parts()); }, {"the step must be >= 0"}},
+  });
+}
+
+TEST_CASE("Checkpoint: a save that fails midway leaves the previous checkpoint and no temp folder", "[optim][checkpoint]") {
+  TempDir dir;
+  hg::manual_seed(0);
+  Run run(sgd);
+  run.step();
+  const std::string c = dir / "c";
+  hg::optim::save_checkpoint(c, run.parts());
+  const std::string model_before = hgtest::read_bytes(c + "/model.safetensors");
+  const std::string trainer_before = hgtest::read_bytes(c + "/trainer.json");
+  run.step();
+  auto parts = run.parts();
+  parts.extra = {{"bad", "\xff\xfe"}};  // fails at trainer.json, after the two safetensors files
+  hgtest::expect_errors({{"invalid UTF-8 in extra", [&] { hg::optim::save_checkpoint(c, parts); }, {"not valid UTF-8"}}});
+  CHECK_THROWS_AS(hg::optim::save_checkpoint(c, parts), hg::Error);
+  CHECK(hgtest::read_bytes(c + "/model.safetensors") == model_before);
+  CHECK(hgtest::read_bytes(c + "/trainer.json") == trainer_before);
+  CHECK(hgtest::entries_named(dir.path, ".").empty());
+}
+
+TEST_CASE("Checkpoint: the RNG is restored only when asked; parts left null are skipped", "[optim][checkpoint]") {
+  TempDir dir;
+  hg::manual_seed(0);
+  Run run(sgd);
+  run.step();
+  auto parts = run.parts();
+  hg::optim::save_checkpoint(dir / "c", parts);
+  hg::manual_seed(77);
+  const auto before = hg::get_rng_state();
+  hg::optim::CheckpointParts only_model{.model = &run.model, .rng = false};
+  hg::optim::load_checkpoint(dir / "c", only_model);
+  CHECK(hg::get_rng_state() == before);
+  parts.rng = false;
+  parts.scheduler = nullptr;
+  hg::optim::save_checkpoint(dir / "no_rng", parts);
+  hg::optim::CheckpointParts wants_rng{.model = &run.model};
+  hg::optim::CheckpointParts wants_scheduler{.model = &run.model, .scheduler = &run.scheduler, .rng = false};
+  hgtest::expect_errors({
+      {"no rng saved", [&] { hg::optim::load_checkpoint(dir / "no_rng", wants_rng); }, {"no \"rng\"", "trainer.json"}},
+      {"no scheduler saved", [&] { hg::optim::load_checkpoint(dir / "no_rng", wants_scheduler); }, {"no \"scheduler\""}},
+  });
+}
+
+TEST_CASE("Checkpoint: broken or foreign folders are Errors naming the file", "[optim][checkpoint]") {
+  TempDir dir;
+  hg::manual_seed(0);
+  Run run(sgd);
+  run.step();
+  hg::optim::save_checkpoint(dir / "c", run.parts());
+  auto parts = run.parts();
+  const auto copy = [&](const std::string& name) {
+    fs::copy(dir.path / "c", dir.path / name, fs::copy_options::recursive);
+    return dir / name;
+  };
+  const std::string no_marker = copy("no_marker");
+  fs::remove(no_marker + "/trainer.json");
+  const std::string bad_json = copy("bad_json");
+  hgtest::write_bytes(bad_json + "/trainer.json", "{\"format\":");
+  const std::string other = copy("other");
+  hgtest::write_bytes(other + "/trainer.json", R"({"format":"something-else"})");
+  const std::string format_number = copy("format_number");
+  hgtest::write_bytes(format_number + "/trainer.json", R"({"format":3})");
+  const std::string array = copy("array");
+  hgtest::write_bytes(array + "/trainer.json", "[1]");
+  const std::string no_step = copy("no_step");
+  hgtest::write_bytes(no_step + "/trainer.json", R"({"format":"halfgrad-checkpoint","version":1,"epoch":0})");
+  const std::string version = copy("version");
+  {
+    std::string t = hgtest::read_bytes(version + "/trainer.json");
+    t.replace(t.find("\"version\": 1"), 12, "\"version\": 9");
+    hgtest::write_bytes(version + "/trainer.json", t);
+  }
+  const std::string opt_name = copy("opt_name");
+  hg::nn::save_safetensors(opt_name + "/optimizer.safetensors", {{"momentum", hg::ones({2})}}, {{"param_groups", "[]"}});
+  const std::string no_groups = copy("no_groups");
+  hg::nn::save_safetensors(no_groups + "/optimizer.safetensors", {});
+  const std::string truncated = copy("truncated");
+  {
+    const std::string m = hgtest::read_bytes(truncated + "/model.safetensors");
+    hgtest::write_bytes(truncated + "/model.safetensors", m.substr(0, m.size() - 3));
+  }
+  const std::string other_model = copy("other_model");
+  hg::nn::save_safetensors(other_model + "/model.safetensors", {{"linear1.weight", hg::ones({3})}});
+  hgtest::expect_errors({
+      {"no trainer.json", [&] { hg::optim::load_checkpoint(no_marker, parts); }, {"not a complete checkpoint", "no_marker/trainer.json"}},
+      {"missing folder", [&] { hg::optim::load_checkpoint(dir / "nope", parts); }, {"not a complete checkpoint"}},
+      {"bad JSON", [&] { hg::optim::load_checkpoint(bad_json, parts); }, {"bad_json/trainer.json", "not valid JSON"}},
+      {"foreign format", [&] { hg::optim::load_checkpoint(other, parts); }, {"not a halfgrad checkpoint"}},
+      {"format not a string", [&] { hg::optim::load_checkpoint(format_number, parts); }, {"not a halfgrad checkpoint"}},
+      {"not an object", [&] { hg::optim::load_checkpoint(array, parts); }, {"not a halfgrad checkpoint"}},
+      {"no step", [&] { hg::optim::load_checkpoint(no_step, parts); }, {"no \"step\""}},
+      {"newer version", [&] { hg::optim::load_checkpoint(version, parts); }, {"format version 9"}},
+      {"optimizer tensor name", [&] { hg::optim::load_checkpoint(opt_name, parts); }, {"\"momentum\" is not named state.<index>.<buffer>"}},
+      {"no param_groups", [&] { hg::optim::load_checkpoint(no_groups, parts); }, {"no \"param_groups\""}},
+      {"truncated model", [&] { hg::optim::load_checkpoint(truncated, parts); }, {"truncated/model.safetensors"}},
+      {"another model", [&] { hg::optim::load_checkpoint(other_model, parts); }, {"other_model", "model.safetensors"}},
+  });
+}
+
+TEST_CASE("Checkpoint: the CUDA generators are saved and restored", "[optim][checkpoint][cuda]") {
+  TempDir dir;
+  hg::manual_seed(0);
+  hgtest::MLP model;
+  (void)hg::randn({9}, hg::Device::cuda());
+  hg::optim::save_checkpoint(dir / "c", {.model = &model});
+  const hg::Tensor cpu = hg::randn({4}), gpu = hg::randn({4}, hg::Device::cuda());
+  (void)hg::randn({100}, hg::Device::cuda());
+  hg::optim::CheckpointParts parts{.model = &model};
+  hg::optim::load_checkpoint(dir / "c", parts);
+  CHECK(hgtest::same_bits(hg::randn({4}), cpu));
+  CHECK(hgtest::same_bits(hg::randn({4}, hg::Device::cuda()), gpu));
+}
