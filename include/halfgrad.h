@@ -18,3 +18,4 @@
 #include <halfgrad/amp/policy.h>
 #include <halfgrad/nn/nn.h>
 #include <halfgrad/optim/optim.h>
+#include <halfgrad/data/data.h>

@@ -37,5 +37,22 @@ void fill(void*, DType, size_t n, double, int) {
   if (n > 0) no_cuda("fill");
 }
 void synchronize() {}
+void* host_alloc_pinned(size_t nbytes) {
+  if (nbytes == 0) return nullptr;
+  no_cuda("host_alloc_pinned");
+}
+void host_free_pinned(void*) noexcept {}
+void* stream_create(int) { no_cuda("stream_create"); }
+void stream_destroy(void*, int) noexcept {}
+void* event_create(int) { no_cuda("event_create"); }
+void event_destroy(void*, int) noexcept {}
+void event_record(void*, void*, int) { no_cuda("event_record"); }
+void stream_wait_event(void*, void*, int) { no_cuda("stream_wait_event"); }
+void event_synchronize(void*) { no_cuda("event_synchronize"); }
+void copy_bytes_async(void* dst, bool dst_cuda, const void* src, bool src_cuda, size_t nbytes, int, void*) {
+  if (nbytes == 0) return;
+  if (dst_cuda || src_cuda) no_cuda("copy_bytes_async");
+  std::memcpy(dst, src, nbytes);
+}
 
 }  // namespace halfgrad::cuda
