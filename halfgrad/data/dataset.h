@@ -43,7 +43,8 @@ class TensorDataset : public Dataset {
   int64_t size() const override { return inputs_.size(0); }
   // Views into the data set's tensors (inputs.select(0, index)).
   Example get(int64_t index) const override;
-  // index_select(0, indices) of each tensor: one gather, new memory.
+  // index_select(0, indices) of each tensor: one gather, new memory (for a
+  // contiguous CPU tensor a memcpy per sample, with index_select's result).
   Example get_batch(const Tensor& indices) const override;
 
   const Tensor& inputs() const { return inputs_; }

@@ -72,6 +72,17 @@ class Reader {
            path_, consumed_, msg ? msg : "zlib error");
     }
     consumed_ += static_cast<uint64_t>(got);
+    if (static_cast<unsigned>(got) < n) {
+      // A short read: the end of the data, or (zlib's Z_BUF_ERROR, which
+      // gzread itself does not report as a failure) the input ended inside
+      // the gzip stream, its trailer included.
+      int code = Z_OK;
+      gzerror(file_.get(), &code);
+      HG_CHECK(code != Z_BUF_ERROR,
+               "read_idx: {}: the gzip stream is cut short after {} bytes of data (unexpected end of file); the file "
+               "is truncated: re-download it",
+               path_, consumed_);
+    }
     return static_cast<size_t>(got);
   }
   // Exactly n bytes, or an Error saying what was being read.

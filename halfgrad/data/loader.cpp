@@ -319,13 +319,14 @@ bool DataLoader::advance() {
 }
 
 bool DataLoader::Iterator::current() const {
-  return loader_ != nullptr && loader_->pass_ != nullptr && loader_->pass_id_ == pass_id_;
+  return loader_ != nullptr && !alive_.expired() && loader_->pass_ != nullptr && loader_->pass_id_ == pass_id_;
 }
 
 DataLoader::Iterator& DataLoader::Iterator::operator=(Iterator&& o) noexcept {
   if (this != &o) {
     if (current()) loader_->stop();
     loader_ = o.loader_;
+    alive_ = std::move(o.alive_);
     pass_id_ = o.pass_id_;
     o.loader_ = nullptr;
   }

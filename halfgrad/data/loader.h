@@ -97,7 +97,9 @@ class DataLoader {
   class Iterator {
    public:
     Iterator() = default;
-    Iterator(Iterator&& o) noexcept : loader_(o.loader_), pass_id_(o.pass_id_) { o.loader_ = nullptr; }
+    Iterator(Iterator&& o) noexcept : loader_(o.loader_), alive_(std::move(o.alive_)), pass_id_(o.pass_id_) {
+      o.loader_ = nullptr;
+    }
     Iterator& operator=(Iterator&& o) noexcept;
     Iterator(const Iterator&) = delete;
     Iterator& operator=(const Iterator&) = delete;
@@ -109,9 +111,10 @@ class DataLoader {
 
    private:
     friend class DataLoader;
-    Iterator(DataLoader* loader, uint64_t pass_id) : loader_(loader), pass_id_(pass_id) {}
-    bool current() const;           // whether this iterator's pass is still the loader's
+    Iterator(DataLoader* loader, uint64_t pass_id) : loader_(loader), alive_(loader->alive_), pass_id_(pass_id) {}
+    bool current() const;           // whether this iterator's pass is still the loader's (and the loader alive)
     DataLoader* loader_ = nullptr;  // nullptr: the end
+    std::weak_ptr<void> alive_;     // expires with the loader: an iterator that outlives it is inert
     uint64_t pass_id_ = 0;
   };
   Iterator begin();
@@ -138,6 +141,7 @@ class DataLoader {
   Example current_;
   std::unique_ptr<Pass> pass_;
   uint64_t pass_id_ = 0;  // counts passes, so a stale iterator can tell
+  std::shared_ptr<void> alive_ = std::make_shared<char>();
   std::unique_ptr<Staging> staging_;
 };
 
