@@ -227,7 +227,17 @@ void DataLoader::stop() {
     pass_->has_space.notify_all();
     pass_->thread.join();  // after the batch it is making, at most
   }
-  pass_.reset();  // queued batches are dropped
+  // Queued batches are dropped. A CUDA one may still be arriving on the side
+  // stream, and its memory is freed on this thread's stream: order that free
+  // after the copy (a queued wait, as for a delivered batch).
+  for (const Item& item : pass_->queue) {
+    if (item.event == nullptr) continue;
+    try {
+      cuda::stream_wait_event(cuda::current_stream(), item.event, options_.device.index());
+    } catch (...) {  // stop() runs in destructors; a failing runtime has reported itself
+    }
+  }
+  pass_.reset();
 }
 
 DataLoader::Iterator DataLoader::begin() {
