@@ -19,4 +19,5 @@
 #include <halfgrad/amp/policy.h>
 #include <halfgrad/nn/nn.h>
 #include <halfgrad/optim/optim.h>
+#include <halfgrad/data/data.h>
 #include <halfgrad/train/train.h>

@@ -67,4 +67,28 @@ uint64_t pool_used_high(int device);
 // Resets the high-water mark to the pool's current use.
 void reset_pool_used_high(int device);
 
+// --- Asynchronous host-to-device traffic (data/loader.cpp's prefetching) ---
+// Page-locked host memory (cudaHostAlloc): the copy engine reads it by DMA, so
+// a copy from it runs asynchronously and overlaps kernels. Free it with
+// host_free_pinned, and only once no queued copy still reads it (cudaFreeHost
+// also waits for the device: free rarely, reuse buffers). core/pinned.h is the
+// public face, with the fallback to ordinary memory when CUDA is absent.
+void* host_alloc_pinned(size_t nbytes);
+void host_free_pinned(void* ptr) noexcept;
+// A non-blocking stream on `device` (it never orders itself against the legacy
+// default stream), and events without timing to order streams against each other.
+void* stream_create(int device);
+void stream_destroy(void* stream, int device) noexcept;  // after the work queued on it
+void* event_create(int device);
+void event_destroy(void* event, int device) noexcept;
+void event_record(void* event, void* stream, int device);
+void stream_wait_event(void* stream, void* event, int device);  // queued: the host does not wait
+void event_synchronize(void* event);  // the host waits for the recorded work
+// copy_bytes on `stream` that never waits: the caller keeps a host side alive
+// and unchanged until the copy is done (record an event after it), and a host
+// source should be pinned (from pageable memory the runtime may stage it
+// synchronously). copy_bytes keeps its waiting contract for everyone else.
+void copy_bytes_async(void* dst, bool dst_cuda, const void* src, bool src_cuda, size_t nbytes, int device,
+                      void* stream);
+
 }  // namespace halfgrad::cuda

@@ -40,5 +40,22 @@ void synchronize() {}
 uint64_t pool_used_current(int) { no_cuda("pool_used_current"); }
 uint64_t pool_used_high(int) { no_cuda("pool_used_high"); }
 void reset_pool_used_high(int) { no_cuda("reset_pool_used_high"); }
+void* host_alloc_pinned(size_t nbytes) {
+  if (nbytes == 0) return nullptr;
+  no_cuda("host_alloc_pinned");
+}
+void host_free_pinned(void*) noexcept {}
+void* stream_create(int) { no_cuda("stream_create"); }
+void stream_destroy(void*, int) noexcept {}
+void* event_create(int) { no_cuda("event_create"); }
+void event_destroy(void*, int) noexcept {}
+void event_record(void*, void*, int) { no_cuda("event_record"); }
+void stream_wait_event(void*, void*, int) { no_cuda("stream_wait_event"); }
+void event_synchronize(void*) { no_cuda("event_synchronize"); }
+void copy_bytes_async(void* dst, bool dst_cuda, const void* src, bool src_cuda, size_t nbytes, int, void*) {
+  if (nbytes == 0) return;
+  if (dst_cuda || src_cuda) no_cuda("copy_bytes_async");
+  std::memcpy(dst, src, nbytes);
+}
 
 }  // namespace halfgrad::cuda
