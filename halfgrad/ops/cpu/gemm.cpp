@@ -440,13 +440,29 @@ const void* plain_operand(const void* ptr, Layout& l, Scratch& buf) {
   return out;
 }
 
+// C = relu(C) as PyTorch's: negatives become 0 and NaN stays NaN. For the
+// float64 loop (no epilogue of its own) and after oneDNN, whose eltwise_relu
+// post-op turns NaN into 0 (a NaN from a broken input would vanish there, and a
+// training loop could not see that its loss went bad).
+template <typename T>
+void relu_in_place(const GemmArgs& g) {
+  T* c = static_cast<T*>(g.c);
+  for (int64_t b = 0; b < g.batch; ++b)
+    for (int64_t i = 0; i < g.m; ++i) {
+      T* row = c + b * g.c_bs + i * g.c_rs;
+      for (int64_t j = 0; j < g.n; ++j)
+        if (static_cast<float>(row[j]) < 0.f) row[j] = T(0.f);
+    }
+}
+
 // float32 / bfloat16: straight to oneDNN, accumulating in float32.
 template <typename T>
 void gemm_onednn(const GemmArgs& g, Layout a, Layout b, const Layout& c) {
   ThreadScratch& s = scratch();
   const void* a_ptr = plain_operand<T>(g.a, a, s.a);
   const void* b_ptr = plain_operand<T>(g.b, b, s.b);
-  matmul(g.dtype, a, a_ptr, b, b_ptr, c, g.c, g.bias, g.beta, g.relu);
+  matmul(g.dtype, a, a_ptr, b, b_ptr, c, g.c, g.bias, g.beta, /*relu=*/false);
+  if (g.relu) relu_in_place<T>(g);  // not oneDNN's post-op: it maps NaN to 0
 }
 
 // float16 (and bfloat16 where oneDNN cannot): oneDNN 2.6 has no f16 matmul
@@ -507,15 +523,6 @@ bool onednn_has_bf16_matmul() {
 #endif
 }
 
-// C = max(0, C) for the float64 loop, which has no epilogue of its own.
-void relu_in_place(const GemmArgs& g) {
-  double* c = static_cast<double*>(g.c);
-  for (int64_t b = 0; b < g.batch; ++b)
-    for (int64_t i = 0; i < g.m; ++i) {
-      double* row = c + b * g.c_bs + i * g.c_rs;
-      for (int64_t j = 0; j < g.n; ++j) row[j] = row[j] < 0.0 ? 0.0 : row[j];
-    }
-}
 
 // ---------------------------------------------------------------------------
 // Validation
@@ -551,7 +558,7 @@ void gemm(const GemmArgs& args) {
   }
   if (g.dtype == DType::Float64) {
     gemm_f64(g);
-    if (g.relu) relu_in_place(g);  // float64 is our own loop: a second pass is fine there
+    if (g.relu) relu_in_place<double>(g);  // float64 is our own loop: a second pass is fine there
     return;
   }
   if (g.batch > 1 && g.a_bs == 0 && g.b_bs == 0) {

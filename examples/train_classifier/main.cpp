@@ -1,0 +1,385 @@
+// train_classifier: train an image classifier on Fashion-MNIST (or any folder
+// of IDX files) the way PyTorch's AMP examples do: a loader, an autocast
+// forward, a scaled backward, a scaler-consulted step, a progress bar with the
+// learning rate, the mean loss, the loss scale and the skipped steps, an
+// evaluation and a checkpoint per epoch, a CSV of metrics and its plot, and a
+// clean stop when the loss stops being finite.
+//
+//   build/examples/train_classifier --data fashion-mnist --amp on
+//   build/examples/train_classifier --help
+//
+// The loop below reads top to bottom as one training run; docs/training.md
+// explains each piece and shows a real run.
+#include <halfgrad.h>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+
+#ifndef HALFGRAD_PLOT_METRICS
+#define HALFGRAD_PLOT_METRICS "scripts/plot-metrics"
+#endif
+
+namespace hg = halfgrad;
+
+namespace {
+
+struct Options {
+  std::string data = "fashion-mnist";
+  std::string data_dir = hg::data::kFashionMnistRoot;
+  std::string model = "mlp";
+  std::string device = "auto";
+  std::string amp = "on";
+  std::string dtype = "auto";  // float16 on CUDA, bfloat16 on the CPU (autocast's defaults)
+  int64_t epochs = 5;
+  int64_t batch_size = 128;
+  std::string optimizer = "adamw";
+  double lr = 1e-3;
+  double momentum = 0.9;
+  double weight_decay = 1e-2;
+  std::string schedule = "cosine";
+  double clip_grad_norm = 0;  // 0: no clipping
+  uint64_t seed = 0;
+  std::string checkpoint_dir;  // empty: no checkpoints
+  int64_t keep_checkpoints = 3;
+  int64_t checkpoint_every = 0;  // steps; 0: at the end of each epoch only
+  bool resume = false;
+  std::string metrics;  // CSV file; empty: none
+  int64_t max_steps = 0;  // 0: all epochs
+  int64_t log_every = 50;  // steps between reads of the loss (the loop's only host syncs)
+  int64_t inject_nan_at = -1;  // testing: make the input NaN at this step
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  CLI::App app{"Train a classifier with automatic mixed precision (halfgrad)", "train_classifier"};
+  app.get_formatter()->column_width(34);
+  app.add_option("--data", o.data, "data set")->check(CLI::IsMember({"fashion-mnist"}))->capture_default_str();
+  app.add_option("--data-dir", o.data_dir, "folder with the IDX files (MNIST, KMNIST, ... work too)")
+      ->capture_default_str();
+  app.add_option("--model", o.model, "model: mlp (784-256-10)")->check(CLI::IsMember({"mlp"}))->capture_default_str();
+  app.add_option("--device", o.device, "cpu, cuda, or auto (cuda when available)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  app.add_option("--amp", o.amp, "autocast the forward pass")->check(CLI::IsMember({"on", "off"}))->capture_default_str();
+  app.add_option("--dtype", o.dtype, "autocast's lower precision: float16, bfloat16, or auto")
+      ->check(CLI::IsMember({"auto", "float16", "bfloat16"}))
+      ->capture_default_str();
+  app.add_option("--epochs", o.epochs, "epochs")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--batch-size", o.batch_size, "batch size")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--optimizer", o.optimizer, "sgd, adam or adamw")
+      ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
+      ->capture_default_str();
+  app.add_option("--lr", o.lr, "learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--momentum", o.momentum, "SGD momentum")->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  app.add_option("--weight-decay", o.weight_decay, "weight decay")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--schedule", o.schedule, "learning-rate schedule: none, step, cosine, onecycle (per step)")
+      ->check(CLI::IsMember({"none", "step", "cosine", "onecycle"}))
+      ->capture_default_str();
+  app.add_option("--clip-grad-norm", o.clip_grad_norm, "clip the gradients' 2-norm to this (0: off)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of the model, dropout and the loader's shuffle")->capture_default_str();
+  app.add_option("--checkpoint-dir", o.checkpoint_dir, "save checkpoints here (ckpt-<step>/)");
+  app.add_option("--keep-checkpoints", o.keep_checkpoints, "checkpoints to keep (0: all)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--checkpoint-every", o.checkpoint_every, "also save every N steps (0: per epoch only)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_flag("--resume", o.resume, "continue from the newest checkpoint in --checkpoint-dir");
+  app.add_option("--metrics", o.metrics, "write metrics to this CSV file (and plot it with gnuplot)");
+  app.add_option("--max-steps", o.max_steps, "stop after this many steps in all (0: run every epoch)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--log-every", o.log_every, "steps between reads of the loss and log lines")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--inject-nan-at", o.inject_nan_at, "testing: feed a NaN input at this step");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e));
+  }
+  if (o.resume && o.checkpoint_dir.empty()) {
+    std::cerr << "train_classifier: --resume needs --checkpoint-dir\n";
+    std::exit(2);
+  }
+  return o;
+}
+
+// The MLP: [N, 1, 28, 28] -> 784 -> 256 -> 10.
+std::shared_ptr<hg::nn::Sequential> make_model() {
+  return std::make_shared<hg::nn::Sequential>(hg::nn::Flatten(), hg::nn::Linear(784, 256), hg::nn::ReLU(),
+                                              hg::nn::Linear(256, 10));
+}
+
+std::unique_ptr<hg::optim::Optimizer> make_optimizer(const Options& o, const std::vector<hg::Tensor>& params) {
+  if (o.optimizer == "sgd")
+    return std::make_unique<hg::optim::SGD>(params, hg::optim::SGDOptions{
+                                                        .lr = o.lr, .momentum = o.momentum, .weight_decay = o.weight_decay});
+  if (o.optimizer == "adam")
+    return std::make_unique<hg::optim::Adam>(params, hg::optim::AdamOptions{.lr = o.lr, .weight_decay = o.weight_decay});
+  return std::make_unique<hg::optim::AdamW>(params, hg::optim::AdamWOptions{.lr = o.lr, .weight_decay = o.weight_decay});
+}
+
+// Schedules step once per optimizer step (OneCycleLR's convention, applied to all).
+std::unique_ptr<hg::optim::LRScheduler> make_scheduler(const Options& o, hg::optim::Optimizer& opt, int64_t total) {
+  if (o.schedule == "step") return std::make_unique<hg::optim::StepLR>(opt, std::max<int64_t>(total / 3, 1), 0.1);
+  if (o.schedule == "cosine") return std::make_unique<hg::optim::CosineAnnealingLR>(opt, total);
+  if (o.schedule == "onecycle")
+    return std::make_unique<hg::optim::OneCycleLR>(opt, hg::optim::OneCycleLROptions{.max_lr = {o.lr}, .total_steps = total});
+  return nullptr;
+}
+
+std::string with_commas(int64_t n) {
+  std::string s = std::to_string(n);
+  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");
+  return s;
+}
+
+// How the forward runs: autocast on `device` in `dtype`, or not at all.
+struct Precision {
+  hg::DeviceType device;
+  hg::DType dtype;
+  bool enabled;
+};
+
+struct Evaluation {
+  double loss = 0, accuracy = 0;
+};
+
+// Test loss and accuracy, under the same autocast as training, without grad.
+Evaluation evaluate(hg::nn::Sequential& model, hg::data::DataLoader& loader, const Precision& ac) {
+  model.eval();
+  hg::NoGradGuard no_grad;
+  hg::Tensor loss_sum = hg::zeros({}, hg::TensorOptions(hg::kDouble, loader.options().device));
+  hg::Tensor correct = hg::zeros({}, hg::TensorOptions(hg::kLong, loader.options().device));
+  int64_t n = 0;
+  for (auto& batch : loader) {
+    hg::Tensor logits;
+    {
+      hg::amp::autocast region(ac.device, ac.dtype, ac.enabled);
+      logits = model(batch.input);
+    }
+    auto loss = hg::cross_entropy(logits.to(hg::kFloat), batch.target, hg::Reduction::Sum);
+    loss_sum += loss.to(hg::kDouble);
+    correct += (logits.argmax(1) == batch.target).sum();
+    n += batch.target.size(0);
+  }
+  model.train();
+  return {loss_sum.item() / static_cast<double>(n), static_cast<double>(correct.item<int64_t>()) / n};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Options o = parse(argc, argv);
+  const hg::Device device = o.device == "cuda" || (o.device == "auto" && hg::cuda::is_available())
+                                ? hg::Device::cuda()
+                                : hg::Device::cpu();
+  hg::manual_seed(o.seed);
+
+  // ---- data: Fashion-MNIST, normalised; batches arrive on `device` ----------------
+  const hg::data::Normalize normalize({hg::data::kFashionMnistMean}, {hg::data::kFashionMnistStd});
+  auto train_set = hg::data::fashion_mnist(o.data_dir, /*train=*/true);
+  auto test_set = hg::data::fashion_mnist(o.data_dir, /*train=*/false);
+  train_set = hg::data::TensorDataset(normalize(train_set.inputs()), train_set.targets());
+  test_set = hg::data::TensorDataset(normalize(test_set.inputs()), test_set.targets());
+  hg::data::DataLoader train_loader(train_set, {.batch_size = o.batch_size, .shuffle = true, .seed = o.seed,
+                                                .device = device});
+  hg::data::DataLoader test_loader(test_set, {.batch_size = 1000, .device = device});
+
+  // ---- model, optimizer, schedule, scaler ----------------------------------------
+  auto model = make_model();
+  model->to(device);
+  auto optimizer = make_optimizer(o, model->parameters());
+  const int64_t steps_per_epoch = train_loader.size();
+  // The schedule spans every epoch; --max-steps only stops the run early (so a
+  // short run and its resumed continuation follow the same schedule).
+  auto scheduler = make_scheduler(o, *optimizer, o.epochs * steps_per_epoch);
+  const int64_t total_steps = o.max_steps > 0 ? std::min(o.max_steps, o.epochs * steps_per_epoch)
+                                              : o.epochs * steps_per_epoch;
+  // Autocast picks the lower precision; the GradScaler is for float16, whose
+  // range is small. bfloat16 has float32's range: no scaling (as in PyTorch).
+  const bool amp = o.amp == "on";
+  const hg::DType low = o.dtype == "float16"    ? hg::kHalf
+                        : o.dtype == "bfloat16" ? hg::kBFloat16
+                        : device.is_cuda()      ? hg::kHalf
+                                                : hg::kBFloat16;
+  const Precision ac{device.type(), low, amp};
+  hg::amp::GradScaler scaler({.enabled = amp && low == hg::kHalf});
+  hg::nn::CrossEntropyLoss criterion;
+
+  // ---- resume ---------------------------------------------------------------------
+  std::optional<hg::optim::CheckpointManager> checkpoints;
+  if (!o.checkpoint_dir.empty()) checkpoints.emplace(o.checkpoint_dir, o.keep_checkpoints);
+  hg::optim::CheckpointParts parts{.model = model.get(), .optimizer = optimizer.get(), .scheduler = scheduler.get(),
+                                   .scaler = &scaler};
+  int64_t step = 0;
+  if (o.resume && checkpoints->load_latest(parts)) {
+    step = parts.step;
+    train_loader.set_state(hg::data::DataLoaderState{.seed = std::stoull(parts.extra.at("loader.seed")),
+                                                     .epoch = std::stoll(parts.extra.at("loader.epoch")),
+                                                     .batch = std::stoll(parts.extra.at("loader.batch"))});
+    fmt::print("resumed from {} (step {}, epoch {})\n", *checkpoints->latest(), step, train_loader.state().epoch);
+  }
+  auto save = [&](int64_t at_step) {
+    if (!checkpoints) return std::string();
+    const auto s = train_loader.state();
+    parts.extra = {{"loader.seed", std::to_string(s.seed)},
+                   {"loader.epoch", std::to_string(s.epoch)},
+                   {"loader.batch", std::to_string(s.batch)}};
+    return checkpoints->save(at_step, parts);
+  };
+
+  // ---- what this run is -------------------------------------------------------------
+  fmt::print("{}\n", model->repr());
+  fmt::print("parameters: {}\n", with_commas(model->num_parameters()));
+  fmt::print("device: {}\n", device.str());
+  fmt::print("precision: {}\n", amp ? fmt::format("autocast {} (float32 master weights), GradScaler {}",
+                                                  hg::dtype_name(low), scaler.is_enabled() ? "on" : "off")
+                                    : std::string("float32"));
+  fmt::print("data: {} train, {} test examples from {}\n", train_set.size(), test_set.size(), o.data_dir);
+
+  std::optional<hg::train::MetricsCsv> csv;
+  if (!o.metrics.empty()) csv.emplace(o.metrics, /*append=*/o.resume);
+  hg::train::NonFiniteMonitor monitor(step);
+  hg::train::OverflowWarning overflow;
+  int64_t skipped_total = 0;
+  // The state at the last read that found every loss finite: what a stop on a
+  // non-finite loss saves (the weights after it may already hold NaN).
+  struct Good {
+    hg::nn::StateDict model;
+    hg::optim::OptimizerStateDict optimizer;
+    std::optional<hg::optim::LRSchedulerState> scheduler;
+    std::map<std::string, double> scaler;
+    hg::data::DataLoaderState loader;
+    int64_t step = 0, epoch = 0;
+  } good;
+  const auto snapshot = [&](int64_t epoch) {
+    good.model = hg::nn::StateDict();
+    for (const auto& [k, v] : model->state_dict()) good.model.insert(k, v.clone());
+    good.optimizer = optimizer->state_dict();
+    if (scheduler) good.scheduler = scheduler->state_dict();
+    good.scaler = scaler.state_dict();
+    good.loader = train_loader.state();
+    good.step = step;
+    good.epoch = epoch;
+  };
+  const auto restore_good = [&] {
+    model->load_state_dict(good.model);
+    optimizer->load_state_dict(good.optimizer);
+    if (scheduler) scheduler->load_state_dict(*good.scheduler);
+    scaler.load_state_dict(good.scaler);
+    train_loader.set_state(good.loader);
+    parts.epoch = good.epoch;
+  };
+  snapshot(train_loader.state().epoch);
+  const auto run_start = std::chrono::steady_clock::now();
+  const auto seconds_since = [](auto t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+
+  // ---- the training loop --------------------------------------------------------------
+  for (int64_t epoch = train_loader.state().epoch; epoch < o.epochs && step < total_steps; ++epoch) {
+    const auto epoch_start = std::chrono::steady_clock::now();
+    hg::train::ProgressBar bar(steps_per_epoch, {.desc = fmt::format("epoch {}/{}", epoch + 1, o.epochs),
+                                                 .samples_per_step = o.batch_size});
+    bar.update(train_loader.state().batch, train_loader.state().batch * o.batch_size);  // resumed mid-epoch
+    double epoch_loss_sum = 0;
+    int64_t epoch_reads = 0;
+    for (auto& batch : train_loader) {
+      hg::Tensor input = batch.input;
+      if (step == o.inject_nan_at) input = input * std::nan("");
+      hg::Tensor loss;
+      {
+        hg::amp::autocast region(ac.device, ac.dtype, ac.enabled);  // `with autocast():` the forward only
+        loss = criterion(model->forward(input), batch.target);
+      }
+      optimizer->zero_grad(/*set_to_none=*/true);
+      scaler.scale(loss).backward();
+      if (o.clip_grad_norm > 0) {
+        scaler.unscale_(*optimizer);  // clip the true gradients (PyTorch's recipe)
+        hg::nn::utils::clip_grad_norm_(model->parameters(), o.clip_grad_norm);
+      }
+      const auto result = scaler.step(*optimizer);  // skipped after an inf/NaN gradient
+      scaler.update();
+      if (scheduler) scheduler->step();
+      monitor.observe(loss, result);  // device-side: no sync
+      ++step;
+      bar.update(1, batch.target.size(0));
+
+      const bool end = step == total_steps || train_loader.state().batch == 0 ||
+                       train_loader.state().batch == steps_per_epoch;
+      if (step % o.log_every == 0 || end) {
+        const auto r = monitor.read(&scaler);  // the one host sync every log_every steps
+        skipped_total += r.skipped_steps;
+        if (!r.finite()) {
+          bar.close();
+          fmt::print(stderr,
+                     "\ntrain_classifier: the loss is not finite at step {} (last finite loss {:.4f}, loss scale {}, "
+                     "{} skipped steps so far).\n",
+                     r.first_nonfinite_step.value_or(step), r.last_finite_loss.value_or(std::nan("")),
+                     scaler.is_enabled() ? fmt::format("{:g}", scaler.get_scale()) : std::string("off"),
+                     skipped_total);
+          if (checkpoints) {
+            restore_good();  // back to the last finite read, and save that state
+            fmt::print(stderr, "saved the last good state (step {}) to {}\n", good.step, save(good.step));
+          }
+          fmt::print(stderr, "Lower the learning rate (about 10x), and check the model and the data.\n");
+          return 3;
+        }
+        snapshot(epoch);
+        epoch_loss_sum += r.mean_loss;
+        ++epoch_reads;
+        bar.set_postfix("lr", fmt::format("{:.2e}", optimizer->lr(0)));
+        bar.set_postfix("loss", fmt::format("{:.4f}", r.mean_loss));
+        if (scaler.is_enabled()) bar.set_postfix("scale", fmt::format("{:g}", *r.loss_scale));
+        bar.set_postfix("skipped", skipped_total);
+        if (auto warning = overflow.update(step, skipped_total, r.loss_scale)) bar.write(*warning);
+        if (csv)
+          csv->write({.kind = hg::train::RowKind::Step, .step = step, .epoch = epoch, .loss = r.mean_loss,
+                      .lr = optimizer->lr(0), .loss_scale = r.loss_scale, .skipped = r.skipped_steps,
+                      .seconds = seconds_since(run_start)});
+      }
+      if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0) {
+        parts.epoch = epoch;
+        save(step);
+      }
+      if (step == total_steps) break;
+    }
+    bar.close();
+    const auto eval = evaluate(*model, test_loader, ac);
+    const double seconds = seconds_since(epoch_start);
+    fmt::print("epoch {}: test loss {:.4f}, accuracy {:.2f}%, {:.1f} s\n", epoch + 1, eval.loss,
+               100 * eval.accuracy, seconds);
+    if (csv)
+      csv->write({.kind = hg::train::RowKind::Epoch, .step = step, .epoch = epoch,
+                  .loss = epoch_reads ? epoch_loss_sum / epoch_reads : std::nan(""), .test_loss = eval.loss,
+                  .accuracy = eval.accuracy, .seconds = seconds});
+    parts.epoch = epoch + 1;
+    save(step);
+  }
+
+  fmt::print("peak memory: {}\n", hg::train::format_bytes(hg::train::peak_memory_bytes(device)));
+  if (csv) {
+    csv->close();
+    const std::string cmd = fmt::format("command -v gnuplot >/dev/null && {} '{}'", HALFGRAD_PLOT_METRICS, o.metrics);
+    if (std::system(cmd.c_str()) == 0) fmt::print("plot: {}.png, {}.svg\n", o.metrics.substr(0, o.metrics.size() - 4),
+                                                  o.metrics.substr(0, o.metrics.size() - 4));
+  }
+  return 0;
+} catch (const std::exception& e) {
+  std::cerr << "train_classifier: " << e.what() << "\n";
+  return 1;
+}
