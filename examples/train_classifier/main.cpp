@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -286,6 +287,8 @@ int main(int argc, char** argv) try {
   };
   snapshot(train_loader.state().epoch);
   const auto run_start = std::chrono::steady_clock::now();
+  int64_t samples = 0, samples_at_read = 0;  // for the CSV's samples/s between reads
+  double seconds_at_read = 0;
   const auto seconds_since = [](auto t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
@@ -317,6 +320,7 @@ int main(int argc, char** argv) try {
       if (scheduler) scheduler->step();
       monitor.observe(loss, result);  // device-side: no sync
       ++step;
+      samples += batch.target.size(0);
       bar.update(1, batch.target.size(0));
 
       const bool end = step == total_steps || train_loader.state().batch == 0 ||
@@ -347,10 +351,14 @@ int main(int argc, char** argv) try {
         if (scaler.is_enabled()) bar.set_postfix("scale", fmt::format("{:g}", *r.loss_scale));
         bar.set_postfix("skipped", skipped_total);
         if (auto warning = overflow.update(step, skipped_total, r.loss_scale)) bar.write(*warning);
+        const double now = seconds_since(run_start);
+        const double samples_per_s = static_cast<double>(samples - samples_at_read) / (now - seconds_at_read);
+        samples_at_read = samples;
+        seconds_at_read = now;
         if (csv)
           csv->write({.kind = hg::train::RowKind::Step, .step = step, .epoch = epoch, .loss = r.mean_loss,
                       .lr = optimizer->lr(0), .loss_scale = r.loss_scale, .skipped = r.skipped_steps,
-                      .seconds = seconds_since(run_start)});
+                      .samples_per_s = samples_per_s, .seconds = now});
       }
       if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0) {
         parts.epoch = epoch;
@@ -374,6 +382,7 @@ int main(int argc, char** argv) try {
   fmt::print("peak memory: {}\n", hg::train::format_bytes(hg::train::peak_memory_bytes(device)));
   if (csv) {
     csv->close();
+    std::fflush(stdout);  // our lines before the script's
     const std::string cmd = fmt::format("command -v gnuplot >/dev/null && {} '{}'", HALFGRAD_PLOT_METRICS, o.metrics);
     if (std::system(cmd.c_str()) == 0) fmt::print("plot: {}.png, {}.svg\n", o.metrics.substr(0, o.metrics.size() - 4),
                                                   o.metrics.substr(0, o.metrics.size() - 4));
