@@ -125,11 +125,11 @@ TEST_CASE("safetensors: a file PyTorch wrote loads with the values of the same f
   CHECK(f.tensors.back().first == "bool");
 }
 
-TEST_CASE("safetensors: PyTorch reads what halfgrad writes", "[nn][safetensors][interop]") {
-  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
-    WARN("no /usr/bin/python3 with torch: the interop check is skipped");
-    return;
-  }
+// Hidden ("[.interop]"): CTest runs it as test_nn:interop, which reports
+// itself skipped where /usr/bin/python3 has no torch (scripts/setup --bench
+// installs python3-torch), instead of passing without checking anything.
+TEST_CASE("safetensors: PyTorch reads what halfgrad writes", "[nn][safetensors][.interop]") {
+  REQUIRE(std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0);
   TempDir dir;
   hg::nn::save_safetensors(dir / "ours.safetensors", formula(), {{"writer", "halfgrad"}});
   const std::string cmd = "/usr/bin/python3 " HALFGRAD_TESTS_DIR "/nn/safetensors_interop.py check " + (dir / "ours.safetensors");
