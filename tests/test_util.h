@@ -143,6 +143,25 @@ inline bool same_bits(const Tensor& a, const Tensor& b) {
          (x.numel() == 0 || std::memcmp(x.data_ptr(), y.data_ptr(), static_cast<size_t>(x.numel()) * halfgrad::itemsize(x.dtype())) == 0);
 }
 
+// A reduction's expected shape: dims (non-negative) removed, or kept as 1.
+inline Shape reduced_shape(const Shape& s, const std::vector<int64_t>& dims, bool keepdim) {
+  Shape out;
+  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) {
+    const bool r = std::find(dims.begin(), dims.end(), d) != dims.end();
+    if (!r) out.push_back(s[d]);
+    else if (keepdim) out.push_back(1);
+  }
+  return out;
+}
+
+// Dims as the ops see them: negative ones wrapped for `nd` dims, sorted.
+inline std::vector<int64_t> wrap_dims(const Shape& dims, int64_t nd) {
+  std::vector<int64_t> out;
+  for (int64_t d : dims) out.push_back(d < 0 ? d + nd : d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 inline std::vector<uint16_t> bits16(const Tensor& t) {
   REQUIRE((t.dtype() == DType::Float16 || t.dtype() == DType::BFloat16));
   const auto* base = static_cast<const uint16_t*>(t.storage()->data);

@@ -24,25 +24,6 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-Shape keepdim_shape(const Shape& in, const std::vector<int64_t>& dims) {
-  Shape s = in;
-  for (int64_t d : dims) s[d] = 1;
-  return s;
-}
-
-Shape squeezed_shape(const Shape& in, const std::vector<int64_t>& dims) {
-  Shape s;
-  size_t k = 0;
-  for (int64_t d = 0; d < static_cast<int64_t>(in.size()); ++d) {
-    if (k < dims.size() && dims[k] == d) {
-      ++k;
-      continue;
-    }
-    s.push_back(in[d]);
-  }
-  return s;
-}
-
 bool is_half(DType dt) { return dt == DType::Float16 || dt == DType::BFloat16; }
 
 // The compute copy of `x`: float32 for the half types.
@@ -51,7 +32,7 @@ Tensor widened(const Tensor& x) { return is_half(x.dtype()) ? x.to(DType::Float3
 // The reduce kernel over `dims`, keeping them as size 1 (no dims: x itself, a 0-d input).
 Tensor reduce_keep(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dims) {
   if (dims.empty()) return x;
-  Tensor out = make_tensor(keepdim_shape(x.shape(), dims), x.options());
+  Tensor out = make_tensor(ops::keepdim_shape(x.shape(), dims), x.options());
   kernels::reduce(op, x, dims, out);
   return out;
 }
@@ -59,7 +40,7 @@ Tensor reduce_keep(ReduceOp op, const Tensor& x, const std::vector<int64_t>& dim
 // A result computed with reduced dims kept, to the op's shape and dtype.
 Tensor finish(const Tensor& r, const Shape& in_shape, const std::vector<int64_t>& dims, bool keepdim, DType dt) {
   const Tensor out = r.dtype() == dt ? r : r.to(dt);
-  return keepdim ? out : out.reshape(squeezed_shape(in_shape, dims));
+  return keepdim ? out : out.reshape(ops::squeezed_shape(in_shape, dims));
 }
 
 bool any_reduced_empty(const Shape& in_shape, const std::vector<int64_t>& dims) {
@@ -87,7 +68,7 @@ Tensor logsumexp(const Tensor& a0, const Shape& dims_in, bool keepdim) {
       [dims, keepdim, in_shape](const std::vector<Tensor>& in) {
         const DType dt = in[0].dtype();
         if (any_reduced_empty(in_shape, dims)) {  // log(0): -inf, as PyTorch
-          return full(keepdim ? keepdim_shape(in_shape, dims) : squeezed_shape(in_shape, dims), -kInf,
+          return full(keepdim ? ops::keepdim_shape(in_shape, dims) : ops::squeezed_shape(in_shape, dims), -kInf,
                       TensorOptions(dt, in[0].device()));
         }
         const Tensor x = widened(in[0]);
@@ -102,8 +83,8 @@ Tensor logsumexp(const Tensor& a0, const Shape& dims_in, bool keepdim) {
       [dims, in_shape](const Saved& s, const Tensor& g) -> Grads {
         // d/dx = exp(x - out) (the softmax over the reduced dims)
         const Tensor& x = s.input(0);
-        const Tensor out = s.output().reshape(keepdim_shape(in_shape, dims));
-        const Tensor gk = g.reshape(keepdim_shape(in_shape, dims));
+        const Tensor out = s.output().reshape(ops::keepdim_shape(in_shape, dims));
+        const Tensor gk = g.reshape(ops::keepdim_shape(in_shape, dims));
         return {mul(gk, exp(sub(x, out)))};
       },
       Save::Both);
@@ -140,8 +121,8 @@ Tensor norm(const Tensor& a, double p, const Shape& dims_in, bool keepdim) {
       [p, dims, in_shape](const Saved& s, const Tensor& g) -> Grads {
         // PyTorch's linalg_vector_norm_backward
         const Tensor& x = s.input(0);
-        const Tensor nk = s.output().reshape(keepdim_shape(in_shape, dims));
-        const Tensor gk = g.reshape(keepdim_shape(in_shape, dims));
+        const Tensor nk = s.output().reshape(ops::keepdim_shape(in_shape, dims));
+        const Tensor gk = g.reshape(ops::keepdim_shape(in_shape, dims));
         const Tensor zero = ops::scalar_tensor(0.0, x.dtype(), x.device());
         if (p == 0) return {mul(zeros_like(x), gk)};
         if (p == 1) return {mul(sign_of(x), gk)};

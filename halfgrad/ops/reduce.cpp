@@ -19,36 +19,17 @@ using kernels::ReduceOp;
 
 namespace {
 
-Shape keepdim_shape(const Shape& in, const std::vector<int64_t>& dims) {
-  Shape s = in;
-  for (int64_t d : dims) s[d] = 1;
-  return s;
-}
-
-Shape squeezed_shape(const Shape& in, const std::vector<int64_t>& dims) {
-  Shape s;
-  size_t k = 0;
-  for (int64_t d = 0; d < static_cast<int64_t>(in.size()); ++d) {
-    if (k < dims.size() && dims[k] == d) {
-      ++k;
-      continue;
-    }
-    s.push_back(in[d]);
-  }
-  return s;
-}
-
 // Run a reduce kernel into a new tensor of the right (keepdim or not) shape.
 Tensor reduce_kernel(ReduceOp op, const Tensor& in, const std::vector<int64_t>& dims, bool keepdim, DType out_dtype) {
-  Tensor out = make_tensor(keepdim_shape(in.shape(), dims), TensorOptions(out_dtype, in.device()));
+  Tensor out = make_tensor(ops::keepdim_shape(in.shape(), dims), TensorOptions(out_dtype, in.device()));
   kernels::reduce(op, in, dims, out);
-  return keepdim ? out : alias_with(out, squeezed_shape(in.shape(), dims),
-                                    contiguous_strides(squeezed_shape(in.shape(), dims)), 0);
+  return keepdim ? out : alias_with(out, ops::squeezed_shape(in.shape(), dims),
+                                    contiguous_strides(ops::squeezed_shape(in.shape(), dims)), 0);
 }
 
 // The gradient of a reduction, spread back over the input's shape.
 Tensor expand_grad(const Tensor& g, const Shape& in_shape, const std::vector<int64_t>& dims) {
-  return ops::broadcast_to(g.reshape(keepdim_shape(in_shape, dims)), in_shape);
+  return ops::broadcast_to(g.reshape(ops::keepdim_shape(in_shape, dims)), in_shape);
 }
 
 Tensor sum_impl(OpId id, ReduceOp op, const Tensor& a0, const Shape& dims_in, bool keepdim) {
@@ -120,7 +101,7 @@ std::tuple<Tensor, Tensor> extreme_dim(bool is_min, const Tensor& a, int64_t dim
            name, d, a.describe(), name);
   if (a.dim() == 0) return {a, arg_impl(is_min, a, d, keepdim)};
   const Shape in_shape = a.shape();
-  const Shape kept = keepdim_shape(in_shape, {d});
+  const Shape kept = ops::keepdim_shape(in_shape, {d});
   // the forward's indices (kept dims), for the caller and for the backward
   auto indices = std::make_shared<Tensor>();
   const ReduceOp op = is_min ? ReduceOp::Min : ReduceOp::Max;
@@ -144,7 +125,7 @@ std::tuple<Tensor, Tensor> extreme_dim(bool is_min, const Tensor& a, int64_t dim
       Save::Nothing);
   Tensor idx = *indices;
   if (!keepdim) {
-    const Shape sq = squeezed_shape(in_shape, {d});
+    const Shape sq = ops::squeezed_shape(in_shape, {d});
     values = values.reshape(sq);
     idx = alias_with(idx, sq, contiguous_strides(sq), 0);
   }
@@ -175,9 +156,9 @@ Tensor amax_impl(OpId id, bool is_min, const Tensor& a, const Shape& dims_in, bo
       },
       [dims, in_shape](const Saved& s, const Tensor& g) -> Grads {
         const Tensor& x = s.input(0);
-        const Tensor m = s.output().reshape(keepdim_shape(in_shape, dims));
+        const Tensor m = s.output().reshape(ops::keepdim_shape(in_shape, dims));
         const Tensor hits = where(ne(m, m), ne(x, x), eq(x, m)).to(g.dtype());
-        const Tensor gk = g.reshape(keepdim_shape(in_shape, dims));
+        const Tensor gk = g.reshape(ops::keepdim_shape(in_shape, dims));
         return {mul(hits, div(gk, sum_keep(hits, dims)))};
       },
       Save::Both);

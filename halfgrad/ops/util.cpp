@@ -128,4 +128,23 @@ Tensor gemm_operand(const Tensor& t) {
   return rows_ok || cols_ok ? t : t.contiguous();
 }
 
+Shape keepdim_shape(const Shape& in, const std::vector<int64_t>& dims) {
+  Shape s = in;
+  for (int64_t d : dims) s[d] = 1;
+  return s;
+}
+
+Shape squeezed_shape(const Shape& in, const std::vector<int64_t>& dims) {
+  Shape s;
+  size_t k = 0;
+  for (int64_t d = 0; d < static_cast<int64_t>(in.size()); ++d) {
+    if (k < dims.size() && dims[k] == d) {
+      ++k;
+      continue;
+    }
+    s.push_back(in[d]);
+  }
+  return s;
+}
+
 }  // namespace halfgrad::ops

@@ -12,6 +12,10 @@ namespace halfgrad::ops {
 int64_t wrap_dim(std::string_view op, int64_t dim, int64_t ndim);
 // Sorted unique non-negative dims; empty input means all dims.
 std::vector<int64_t> normalize_dims(std::string_view op, const Shape& dims, int64_t ndim);
+// A reduction's output shape: `in` with `dims` (sorted, unique, in range) set
+// to 1 (keepdim) or left out.
+Shape keepdim_shape(const Shape& in, const std::vector<int64_t>& dims);
+Shape squeezed_shape(const Shape& in, const std::vector<int64_t>& dims);
 // Each tensor is defined, or an Error naming the op and which argument is not
 // (a default-constructed or moved-from Tensor).
 void check_defined(std::string_view op, std::initializer_list<std::pair<std::string_view, const Tensor*>> args);

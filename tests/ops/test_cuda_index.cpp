@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_compare.h"
 #include "test_util.h"
 
 namespace hg = halfgrad;
@@ -21,33 +22,18 @@ using hg::DType;
 using hg::Shape;
 using hg::Tensor;
 using hgtest::values;
+using hgtest::cuda::dev;
+using hgtest::cuda::float_and_int;
+using hgtest::cuda::kCuda;
 using namespace hg::indexing;
 
 namespace {
-
-const hg::Device kCuda = hg::Device::cuda();
-
-Tensor dev(const Tensor& t) { return t.to(kCuda); }
-
-std::vector<DType> all_dtypes() {
-  auto d = hgtest::kFloatDTypes;
-  d.push_back(DType::Int64);
-  return d;
+// Indexing moves values without arithmetic: CUDA must match the CPU exactly
+// (`exact = false` only where atomics add in another order).
+void expect_exact(const Tensor& gpu, const Tensor& cpu, const std::string& what, bool exact = true) {
+  hgtest::cuda::expect_same(gpu, cpu, what, exact);
 }
 
-void expect_same(const Tensor& gpu, const Tensor& cpu, const std::string& what, bool exact = true) {
-  INFO(what);
-  REQUIRE(gpu.defined());
-  CHECK(gpu.device().is_cuda());
-  CHECK(gpu.dtype() == cpu.dtype());
-  REQUIRE(gpu.shape() == cpu.shape());
-  const Tensor back = gpu.contiguous().cpu();
-  if (exact || !hg::is_floating(cpu.dtype())) {
-    HG_CHECK_EXACT(back, values(cpu));
-  } else {
-    HG_CHECK_CLOSE_TOL(back, values(cpu), hgtest::tol(cpu.dtype()));
-  }
-}
 
 // A view applied the same way on both devices.
 struct Layout {
@@ -76,93 +62,93 @@ Tensor unique_cols(int64_t rows, int64_t len, int64_t n) {
 }  // namespace
 
 TEST_CASE("CUDA index_select, gather and scatter match the CPU exactly", "[cuda][ops][indexing]") {
-  for (DType dt : all_dtypes())
+  for (DType dt : float_and_int())
     for (const auto& l : kLayouts) {
       const std::string what = hgtest::dname(dt) + " " + l.name;
       const Tensor base = hgtest::uniform(l.base, dt);
       const Tensor xc = l.view(base), xg = l.view(dev(base));  // [37, 29], same values and layout
       const Tensor sel = hgtest::uniform({50}, DType::Int64, 0, 28);
-      expect_same(hg::index_select(xg, 1, dev(sel)), hg::index_select(xc, 1, sel), what + " index_select");
+      expect_exact(hg::index_select(xg, 1, dev(sel)), hg::index_select(xc, 1, sel), what + " index_select");
       const Tensor gi = hgtest::uniform({20, 40}, DType::Int64, 0, 28);
-      expect_same(hg::gather(xg, 1, dev(gi)), hg::gather(xc, 1, gi), what + " gather");
-      expect_same(hg::gather(xg, 1, dev(gi).t().contiguous().t()), hg::gather(xc, 1, gi), what + " gather strided index");
+      expect_exact(hg::gather(xg, 1, dev(gi)), hg::gather(xc, 1, gi), what + " gather");
+      expect_exact(hg::gather(xg, 1, dev(gi).t().contiguous().t()), hg::gather(xc, 1, gi), what + " gather strided index");
       const Tensor ui = unique_cols(30, 20, 29);
       const Tensor src = hgtest::uniform({33, 25}, dt);
-      expect_same(hg::scatter(xg, 1, dev(ui), dev(src)), hg::scatter(xc, 1, ui, src), what + " scatter");
-      expect_same(hg::scatter(xg, 1, dev(ui), 1.5), hg::scatter(xc, 1, ui, 1.5), what + " scatter value");
+      expect_exact(hg::scatter(xg, 1, dev(ui), dev(src)), hg::scatter(xc, 1, ui, src), what + " scatter");
+      expect_exact(hg::scatter(xg, 1, dev(ui), 1.5), hg::scatter(xc, 1, ui, 1.5), what + " scatter value");
       const Tensor ai = hgtest::uniform({30, 20}, DType::Int64, 0, 3);  // many repeats: atomics
-      expect_same(hg::scatter_add(xg, 1, dev(ai), dev(src)), hg::scatter_add(xc, 1, ai, src), what + " scatter_add",
+      expect_exact(hg::scatter_add(xg, 1, dev(ai), dev(src)), hg::scatter_add(xc, 1, ai, src), what + " scatter_add",
                   dt == DType::Int64);
       Tensor yg = xg.clone(), yc = xc.clone();
       yg.scatter_add_(1, dev(ai), dev(src));
       yc.scatter_add_(1, ai, src);
-      expect_same(yg, yc, what + " scatter_add_", dt == DType::Int64);
+      expect_exact(yg, yc, what + " scatter_add_", dt == DType::Int64);
       yg.scatter_(1, dev(ui), dev(src));
       yc.scatter_(1, ui, src);
-      expect_same(yg, yc, what + " scatter_", false);
+      expect_exact(yg, yc, what + " scatter_", false);
     }
   // bool, 0-d, empty, index_select on a big row count (grid-stride loop)
   const Tensor b = hgtest::random_bool({6, 7});
   const Tensor bi = hgtest::uniform({6, 3}, DType::Int64, 0, 6);
-  expect_same(hg::gather(dev(b), 1, dev(bi)), hg::gather(b, 1, bi), "bool gather");
+  expect_exact(hg::gather(dev(b), 1, dev(bi)), hg::gather(b, 1, bi), "bool gather");
   const Tensor s = hgtest::uniform({}, DType::Float32);
-  expect_same(hg::gather(dev(s), 0, dev(hg::zeros({}, DType::Int64))), hg::gather(s, 0, hg::zeros({}, DType::Int64)),
+  expect_exact(hg::gather(dev(s), 0, dev(hg::zeros({}, DType::Int64))), hg::gather(s, 0, hg::zeros({}, DType::Int64)),
               "0-d gather");
   CHECK(hg::gather(dev(hgtest::uniform({3, 4}, DType::Float32)), 1, dev(hg::zeros({3, 0}, DType::Int64))).shape() ==
         Shape{3, 0});
   const Tensor big = hgtest::uniform({70000, 3}, DType::Float32);
   const Tensor bsel = hgtest::uniform({90000}, DType::Int64, 0, 69999);
-  expect_same(hg::index_select(dev(big), 0, dev(bsel)), hg::index_select(big, 0, bsel), "index_select 90000 rows");
+  expect_exact(hg::index_select(dev(big), 0, dev(bsel)), hg::index_select(big, 0, bsel), "index_select 90000 rows");
 }
 
 TEST_CASE("CUDA masked_fill, where with scalars and one_hot match the CPU", "[cuda][ops][indexing]") {
-  for (DType dt : all_dtypes()) {
+  for (DType dt : float_and_int()) {
     const std::string what = hgtest::dname(dt);
     const Tensor x = hgtest::uniform({5, 9}, dt);
     const Tensor m = hgtest::random_bool({9});
-    expect_same(hg::masked_fill(dev(x), dev(m), 0.5), hg::masked_fill(x, m, 0.5), what + " masked_fill");
-    expect_same(hg::masked_fill(dev(x), dev(m), hg::full({}, -3.0)), hg::masked_fill(x, m, hg::full({}, -3.0)),
+    expect_exact(hg::masked_fill(dev(x), dev(m), 0.5), hg::masked_fill(x, m, 0.5), what + " masked_fill");
+    expect_exact(hg::masked_fill(dev(x), dev(m), hg::full({}, -3.0)), hg::masked_fill(x, m, hg::full({}, -3.0)),
                 what + " masked_fill with a CPU 0-d value");
     Tensor yg = dev(x), yc = x.clone();
     yg.masked_fill_(dev(m), 2.0);
     yc.masked_fill_(m, 2.0);
-    expect_same(yg, yc, what + " masked_fill_");
+    expect_exact(yg, yc, what + " masked_fill_");
     const Tensor c = hgtest::random_bool({5, 9});
-    expect_same(hg::where(dev(c), dev(x), 0.25), hg::where(c, x, 0.25), what + " where(c, x, s)");
-    expect_same(hg::where(dev(c), 0.25, dev(x)), hg::where(c, 0.25, x), what + " where(c, s, x)");
+    expect_exact(hg::where(dev(c), dev(x), 0.25), hg::where(c, x, 0.25), what + " where(c, x, s)");
+    expect_exact(hg::where(dev(c), 0.25, dev(x)), hg::where(c, 0.25, x), what + " where(c, s, x)");
   }
   const Tensor c = hgtest::random_bool({4, 3});
-  expect_same(hg::where(dev(c), 1.0, -1.0), hg::where(c, 1.0, -1.0), "where(c, s, s)");
+  expect_exact(hg::where(dev(c), 1.0, -1.0), hg::where(c, 1.0, -1.0), "where(c, s, s)");
   const Tensor idx = hgtest::uniform({3, 5}, DType::Int64, 0, 6);
-  expect_same(hg::one_hot(dev(idx)), hg::one_hot(idx), "one_hot");
-  expect_same(hg::one_hot(dev(idx), 9), hg::one_hot(idx, 9), "one_hot 9");
+  expect_exact(hg::one_hot(dev(idx)), hg::one_hot(idx), "one_hot");
+  expect_exact(hg::one_hot(dev(idx), 9), hg::one_hot(idx, 9), "one_hot 9");
   REQUIRE_THROWS_AS(hg::one_hot(dev(hg::tensor(std::vector<int64_t>{0, -1}))), hg::Error);  // checked on the host
 }
 
 TEST_CASE("CUDA x.index and index_put_ with tensor indices match the CPU", "[cuda][ops][indexing]") {
-  for (DType dt : all_dtypes()) {
+  for (DType dt : float_and_int()) {
     const std::string what = hgtest::dname(dt);
     const Tensor x = hgtest::uniform({6, 7}, dt);
     const Tensor m = hgtest::random_bool({6, 7});
-    expect_same(dev(x).index({dev(m)}), x.index({m}), what + " x[mask]");
-    expect_same(dev(x).index({m}), x.index({m}), what + " x[cpu mask]");
+    expect_exact(dev(x).index({dev(m)}), x.index({m}), what + " x[mask]");
+    expect_exact(dev(x).index({m}), x.index({m}), what + " x[cpu mask]");
     const Tensor i = hg::tensor(std::vector<int64_t>{5, -1, 0, 2}, {2, 2});
-    expect_same(dev(x).index({Slice(), dev(i)}), x.index({Slice(), i}), what + " x[:, idx]");
+    expect_exact(dev(x).index({Slice(), dev(i)}), x.index({Slice(), i}), what + " x[:, idx]");
     Tensor yg = dev(x), yc = x.clone();
     yg.index_put_({dev(m)}, 1.0);
     yc.index_put_({m}, 1.0);
-    expect_same(yg, yc, what + " x[mask] = s");
+    expect_exact(yg, yc, what + " x[mask] = s");
     int64_t n = 0;
     for (double v : values(m)) n += v != 0;
     const Tensor vals = hgtest::uniform({n}, dt);
     yg.index_put_({dev(m)}, dev(vals));
     yc.index_put_({m}, vals);
-    expect_same(yg, yc, what + " x[mask] = values");
+    expect_exact(yg, yc, what + " x[mask] = values");
     const Tensor add = hgtest::uniform({6, 4}, dt);
     const Tensor rep = hg::tensor(std::vector<int64_t>{1, 1, 3, 1});
     yg.index_put_({Slice(), dev(rep)}, dev(add), true);
     yc.index_put_({Slice(), rep}, add, true);
-    expect_same(yg, yc, what + " x[:, idx] += values", dt == DType::Int64);
+    expect_exact(yg, yc, what + " x[:, idx] += values", dt == DType::Int64);
   }
 }
 
@@ -208,8 +194,8 @@ TEST_CASE("CUDA gradients of the indexing ops match the CPU", "[cuda][ops][index
     const Tensor w = hgtest::uniform(f(xc.detach(), sc.detach(), hg::Device::cpu()).shape(), DType::Float64);
     (f(xc, sc, hg::Device::cpu()) * w).sum().backward();
     (f(xg, sg, kCuda) * dev(w)).sum().backward();
-    expect_same(xg.grad(), xc.grad(), name + " input grad", false);
-    if (sc.grad().defined()) expect_same(sg.grad(), sc.grad(), name + " src grad", false);
+    expect_exact(xg.grad(), xc.grad(), name + " input grad", false);
+    if (sc.grad().defined()) expect_exact(sg.grad(), sc.grad(), name + " src grad", false);
   }
 }
 

@@ -14,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "cuda_compare.h"
 #include "test_util.h"
 
 namespace hg = halfgrad;
@@ -22,24 +23,15 @@ using hg::Reduction;
 using hg::Shape;
 using hg::Tensor;
 using hgtest::values;
+using hgtest::cuda::dev;
+using hgtest::cuda::kCpu;
+using hgtest::cuda::kCuda;
+using hgtest::cuda::leaf_on;
 
 namespace {
-const hg::Device kCuda = hg::Device::cuda();
-const hg::Device kCpu = hg::Device::cpu();
-Tensor dev(const Tensor& t) { return t.defined() ? t.to(kCuda) : t; }
-Tensor leaf_on(const Tensor& t, hg::Device device) {
-  Tensor l = t.detach().to(device).clone().detach();
-  l.requires_grad_(true);
-  return l;
-}
-void expect_same(const Tensor& gpu, const Tensor& cpu, const std::string& what) {
-  INFO(what);
-  REQUIRE(gpu.defined());
-  REQUIRE(cpu.defined());
-  CHECK(gpu.device().is_cuda());
-  CHECK(gpu.dtype() == cpu.dtype());
-  REQUIRE(gpu.shape() == cpu.shape());
-  HG_CHECK_CLOSE_TOL(gpu.contiguous().cpu(), values(cpu), 2 * hgtest::tol(cpu.dtype()));
+// The composite losses round more than one op: twice the dtype's tolerance.
+void expect_close(const Tensor& gpu, const Tensor& cpu, const std::string& what) {
+  hgtest::cuda::expect_same(gpu, cpu, what, false, 2 * hgtest::tol(cpu.dtype()));
 }
 const char* rname(Reduction r) { return r == Reduction::Mean ? "mean" : r == Reduction::Sum ? "sum" : "none"; }
 }  // namespace
@@ -80,10 +72,10 @@ TEST_CASE("CUDA cross_entropy and nll_loss options: weights, label smoothing, pr
         const std::string what = name + " " + hgtest::dname(dt) + " " + rname(r);
         const Tensor xc = leaf_on(x, kCpu), xg = leaf_on(x, kCuda);
         const Tensor lc = loss(xc, target, w), lg = loss(xg, dev(target), dev(w));
-        expect_same(lg, lc, what);
+        expect_close(lg, lc, what);
         hg::mul(lc.reshape({-1}), g).sum().backward();
         hg::mul(lg.reshape({-1}), dev(g)).sum().backward();
-        expect_same(xg.grad(), xc.grad(), what + " backward");
+        expect_close(xg.grad(), xc.grad(), what + " backward");
       }
     }
   // a weight on another device than the input: an Error naming both
@@ -137,11 +129,11 @@ TEST_CASE("CUDA l1_loss, smooth_l1_loss, broadcast mse_loss, weighted binary cro
         const Tensor xc = leaf_on(in, kCpu), xg = leaf_on(in, kCuda);
         const Tensor tc = leaf_on(target, kCpu), tg = leaf_on(target, kCuda);
         const Tensor lc = loss(xc, tc, w, pw), lg = loss(xg, tg, dev(w), dev(pw));
-        expect_same(lg, lc, what);
+        expect_close(lg, lc, what);
         hg::mul(lc, g).sum().backward();
         hg::mul(lg, dev(g)).sum().backward();
-        expect_same(xg.grad(), xc.grad(), what + " input backward");
-        expect_same(tg.grad(), tc.grad(), what + " target backward");
+        expect_close(xg.grad(), xc.grad(), what + " input backward");
+        expect_close(tg.grad(), tc.grad(), what + " target backward");
       }
     }
 }
@@ -153,5 +145,5 @@ TEST_CASE("CUDA loss modules move their weight buffers with to(device)", "[cuda]
   CHECK(criterion.options.weight.device().is_cuda());
   const Tensor x = hgtest::uniform({4, 3}, DType::Float32);
   const Tensor t = hg::tensor(std::vector<int64_t>{0, 1, 2, 1});
-  expect_same(criterion(dev(x), dev(t)), hg::cross_entropy(x, t, {.weight = w, .label_smoothing = 0.1}), "module");
+  expect_close(criterion(dev(x), dev(t)), hg::cross_entropy(x, t, {.weight = w, .label_smoothing = 0.1}), "module");
 }

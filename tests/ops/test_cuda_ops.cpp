@@ -17,6 +17,7 @@
 #include <tuple>
 #include <vector>
 
+#include "cuda_compare.h"
 #include "test_util.h"
 
 namespace hg = halfgrad;
@@ -26,46 +27,15 @@ using hg::Shape;
 using hg::Tensor;
 using hg::TensorOptions;
 using hgtest::values;
+using hgtest::cuda::dev;
+using hgtest::cuda::expect_same;
+using hgtest::cuda::float_and_int;
+using hgtest::cuda::kCpu;
+using hgtest::cuda::kCuda;
+using hgtest::cuda::leaf_on;
 
 namespace {
 
-const hg::Device kCuda = hg::Device::cuda();
-const hg::Device kCpu = hg::Device::cpu();
-
-Tensor dev(const Tensor& t) { return t.to(kCuda); }
-
-// A fresh leaf that requires grad, holding t's values, on `device`.
-Tensor leaf_on(const Tensor& t, hg::Device device) {
-  Tensor l = t.detach().to(device).clone().detach();
-  l.requires_grad_(true);
-  return l;
-}
-
-std::vector<DType> float_and_int() {
-  auto d = hgtest::kFloatDTypes;
-  d.push_back(DType::Int64);
-  return d;
-}
-
-// The CUDA result against the CPU result of the same op on the same values.
-// `tolerance` > 0 replaces the dtype's (cuBLASLt's fused tanh GELU may use
-// the hardware tanh, ~2^-11 relative).
-void expect_same(const Tensor& gpu, const Tensor& cpu, const std::string& what, bool exact = false,
-                 double tolerance = 0) {
-  INFO(what);
-  REQUIRE(gpu.defined());
-  REQUIRE(cpu.defined());
-  CHECK(gpu.device().is_cuda());
-  CHECK(gpu.dtype() == cpu.dtype());
-  REQUIRE(gpu.shape() == cpu.shape());
-  const Tensor back = gpu.contiguous().cpu();
-  const auto ref = values(cpu);
-  if (exact || !hg::is_floating(cpu.dtype())) {
-    HG_CHECK_EXACT(back, ref);
-  } else {
-    HG_CHECK_CLOSE_TOL(back, ref, tolerance > 0 ? tolerance : hgtest::tol(cpu.dtype()));
-  }
-}
 
 // Same values, same bits (sign of zero, half/bfloat16 rounding); NaNs only need to be NaN.
 void expect_bits(const Tensor& gpu, const Tensor& cpu, const std::string& what) {

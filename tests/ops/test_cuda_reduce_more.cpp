@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_compare.h"
 #include "test_util.h"
 
 namespace hg = halfgrad;
@@ -20,44 +21,18 @@ using hg::DType;
 using hg::Shape;
 using hg::Tensor;
 using hgtest::values;
+using hgtest::cuda::dev;
+using hgtest::cuda::expect_same;
+using hgtest::cuda::float_and_int;
+using hgtest::cuda::kCuda;
+using hgtest::cuda::leaf_on;
 
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-const hg::Device kCuda = hg::Device::cuda();
-
-Tensor dev(const Tensor& t) { return t.to(kCuda); }
 
 std::string dn(DType dt) { return hgtest::dname(dt); }
-
-std::vector<DType> float_and_int() {
-  auto d = hgtest::kFloatDTypes;
-  d.push_back(DType::Int64);
-  return d;
-}
-
-// The CUDA result against the CPU result: exact, or within the dtype's tolerance.
-void expect_same(const Tensor& gpu, const Tensor& cpu, const std::string& what, bool exact = false) {
-  INFO(what);
-  REQUIRE(gpu.defined());
-  REQUIRE(cpu.defined());
-  CHECK(gpu.device().is_cuda());
-  CHECK(gpu.dtype() == cpu.dtype());
-  REQUIRE(gpu.shape() == cpu.shape());
-  const Tensor back = gpu.contiguous().cpu();
-  if (exact || !hg::is_floating(cpu.dtype())) {
-    HG_CHECK_EXACT(back, values(cpu));
-  } else {
-    HG_CHECK_CLOSE_TOL(back, values(cpu), hgtest::tol(cpu.dtype()));
-  }
-}
-
-Tensor leaf_on(const Tensor& t, hg::Device device) {
-  Tensor l = t.detach().to(device).clone().detach();
-  l.requires_grad_(true);
-  return l;
-}
 
 }  // namespace
 

@@ -14,23 +14,6 @@ using hgtest::RefReduce;
 using hgtest::values;
 
 namespace {
-Shape reduced_shape(const Shape& s, const std::vector<int64_t>& dims, bool keepdim) {
-  Shape out;
-  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) {
-    const bool r = std::find(dims.begin(), dims.end(), d) != dims.end();
-    if (!r) out.push_back(s[d]);
-    else if (keepdim) out.push_back(1);
-  }
-  return out;
-}
-
-std::vector<int64_t> wrap(const Shape& dims, int64_t nd) {
-  std::vector<int64_t> out;
-  for (int64_t d : dims) out.push_back(d < 0 ? d + nd : d);
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 // Inputs of logical shape [4, 5, 6]: contiguous, and a permuted view.
 std::vector<std::pair<std::string, Tensor>> inputs(DType dt) {
   // Floats centred at 1, not 0: a sum near zero would make the relative-error
@@ -52,10 +35,10 @@ TEST_CASE("sum and mean over dims with keepdim", "[ops][reduce]") {
       for (const Shape& dims : kDimSets)
         for (bool keepdim : {false, true}) {
           INFO(hgtest::dname(dt) << " " << layout << " dims " << shape_str(dims) << " keepdim " << keepdim);
-          const auto d = wrap(dims, 3);
+          const auto d = hgtest::wrap_dims(dims, 3);
           const Tensor s = sum(x, dims, keepdim);
           CHECK(s.dtype() == dt);
-          CHECK(s.shape() == reduced_shape(x.shape(), d, keepdim));
+          CHECK(s.shape() == hgtest::reduced_shape(x.shape(), d, keepdim));
           const auto ref_s = hgtest::reduce(values(x), x.shape(), d, RefReduce::Sum);
           if (dt == int64) {
             HG_CHECK_EXACT(s, ref_s);
@@ -66,7 +49,7 @@ TEST_CASE("sum and mean over dims with keepdim", "[ops][reduce]") {
           HG_CHECK_CLOSE(x.sum(dims, keepdim), ref_s);
           const Tensor m = mean(x, dims, keepdim);
           CHECK(m.dtype() == dt);
-          CHECK(m.shape() == reduced_shape(x.shape(), d, keepdim));
+          CHECK(m.shape() == hgtest::reduced_shape(x.shape(), d, keepdim));
           HG_CHECK_CLOSE(m, hgtest::reduce(values(x), x.shape(), d, RefReduce::Mean));
           HG_CHECK_CLOSE(x.mean(dims, keepdim), hgtest::reduce(values(x), x.shape(), d, RefReduce::Mean));
         }
@@ -150,8 +133,8 @@ TEST_CASE("max and argmax over a dim with keepdim", "[ops][reduce]") {
           const Tensor a = argmax(x, dim, keepdim);
           CHECK(m.dtype() == dt);
           CHECK(a.dtype() == int64);
-          CHECK(m.shape() == reduced_shape(x.shape(), d, keepdim));
-          CHECK(a.shape() == reduced_shape(x.shape(), d, keepdim));
+          CHECK(m.shape() == hgtest::reduced_shape(x.shape(), d, keepdim));
+          CHECK(a.shape() == hgtest::reduced_shape(x.shape(), d, keepdim));
           HG_CHECK_EXACT(m, hgtest::reduce(values(x), x.shape(), d, RefReduce::Max));  // max is exact
           HG_CHECK_EXACT(a, hgtest::reduce(values(x), x.shape(), d, RefReduce::ArgMax));
         }

@@ -87,23 +87,6 @@ double ref_norm(const std::vector<double>& g, double p) {
   return p == 0 ? static_cast<double>(s) : static_cast<double>(std::pow(s, 1.0L / p));
 }
 
-Shape reduced_shape(const Shape& s, const std::vector<int64_t>& dims, bool keepdim) {
-  Shape out;
-  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) {
-    const bool r = std::find(dims.begin(), dims.end(), d) != dims.end();
-    if (!r) out.push_back(s[d]);
-    else if (keepdim) out.push_back(1);
-  }
-  return out;
-}
-
-std::vector<int64_t> wrap(const Shape& dims, int64_t nd) {
-  std::vector<int64_t> out;
-  for (int64_t d : dims) out.push_back(d < 0 ? d + nd : d);
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 // Logical shape [4, 5, 6]: contiguous and a permuted view.
 std::vector<std::pair<std::string, Tensor>> inputs(DType dt, double lo = -2, double hi = 2) {
   return {{"contiguous", hgtest::uniform({4, 5, 6}, dt, lo, hi)},
@@ -132,8 +115,8 @@ TEST_CASE("min and argmin over a dim, and the (values, indices) tuples of max an
           const auto [xv, xi] = max(x, dim, keepdim);
           CHECK(mv.dtype() == dt);
           CHECK(mi.dtype() == DType::Int64);
-          CHECK(mv.shape() == reduced_shape(x.shape(), d, keepdim));
-          CHECK(mi.shape() == reduced_shape(x.shape(), d, keepdim));
+          CHECK(mv.shape() == hgtest::reduced_shape(x.shape(), d, keepdim));
+          CHECK(mi.shape() == hgtest::reduced_shape(x.shape(), d, keepdim));
           HG_CHECK_EXACT(mv, ref_reduce(x, d, ref_min));
           HG_CHECK_EXACT(mi, ref_reduce(x, d, ref_argmin));
           HG_CHECK_EXACT(argmin(x, dim, keepdim), ref_reduce(x, d, ref_argmin));
@@ -194,11 +177,11 @@ TEST_CASE("amax and amin over dims with keepdim", "[ops][reduce][amax]") {
       for (const Shape& dims : kDimSets)
         for (bool keepdim : {false, true}) {
           INFO(hgtest::dname(dt) << " " << layout << " dims " << shape_str(dims) << " keepdim " << keepdim);
-          const auto d = dims.empty() ? std::vector<int64_t>{0, 1, 2} : wrap(dims, 3);
+          const auto d = dims.empty() ? std::vector<int64_t>{0, 1, 2} : hgtest::wrap_dims(dims, 3);
           const Tensor hi = amax(x, dims, keepdim), lo = amin(x, dims, keepdim);
           CHECK(hi.dtype() == dt);
-          CHECK(hi.shape() == reduced_shape(x.shape(), d, keepdim));
-          CHECK(lo.shape() == reduced_shape(x.shape(), d, keepdim));
+          CHECK(hi.shape() == hgtest::reduced_shape(x.shape(), d, keepdim));
+          CHECK(lo.shape() == hgtest::reduced_shape(x.shape(), d, keepdim));
           HG_CHECK_EXACT(hi, ref_reduce(x, d, ref_max));
           HG_CHECK_EXACT(lo, ref_reduce(x, d, ref_min));
           HG_CHECK_EXACT(x.amax(dims, keepdim), ref_reduce(x, d, ref_max));
@@ -249,10 +232,10 @@ TEST_CASE("logsumexp over dims, every float dtype, stable for large values", "[o
       for (const Shape& dims : kDimSets)
         for (bool keepdim : {false, true}) {
           INFO(hgtest::dname(dt) << " " << layout << " dims " << shape_str(dims) << " keepdim " << keepdim);
-          const auto d = dims.empty() ? std::vector<int64_t>{0, 1, 2} : wrap(dims, 3);
+          const auto d = dims.empty() ? std::vector<int64_t>{0, 1, 2} : hgtest::wrap_dims(dims, 3);
           const Tensor r = logsumexp(x, dims, keepdim);
           CHECK(r.dtype() == dt);
-          CHECK(r.shape() == reduced_shape(x.shape(), d, keepdim));
+          CHECK(r.shape() == hgtest::reduced_shape(x.shape(), d, keepdim));
           HG_CHECK_CLOSE(r, ref_reduce(x, d, ref_lse));
         }
 }
@@ -302,10 +285,10 @@ TEST_CASE("norm: p = 1, 2, inf, -inf, 0 and 3 over dims, every float dtype", "[o
           for (bool keepdim : {false, true}) {
             INFO("p " << p << " " << hgtest::dname(dt) << " " << layout << " dims " << shape_str(dims) << " keepdim "
                       << keepdim);
-            const auto d = dims.empty() ? std::vector<int64_t>{0, 1, 2} : wrap(dims, 3);
+            const auto d = dims.empty() ? std::vector<int64_t>{0, 1, 2} : hgtest::wrap_dims(dims, 3);
             const Tensor r = norm(x, p, dims, keepdim);
             CHECK(r.dtype() == dt);
-            CHECK(r.shape() == reduced_shape(x.shape(), d, keepdim));
+            CHECK(r.shape() == hgtest::reduced_shape(x.shape(), d, keepdim));
             const auto ref = ref_reduce(x, d, [p](const std::vector<double>& g) { return ref_norm(g, p); });
             if (std::isinf(p)) HG_CHECK_EXACT(r, ref);  // max/min |x| are exact
             else HG_CHECK_CLOSE(r, hgtest::round_all(ref, dt));
