@@ -153,9 +153,14 @@ void randint(const Tensor& out, int64_t low, int64_t high) {
 namespace halfgrad::cuda {
 
 namespace {
-cuda_ops::DeviceGenerator& generator_for_copy(const char* op, int device, cudaStream_t s) {
+// Checked before anything touches the runtime: without a usable device (no
+// driver) this is the Error, not a failed cudaGetDevice.
+void check_device(const char* op, int device) {
   HG_CHECK(device >= 0 && device < device_count(), "{}: there is no device cuda:{} ({} CUDA devices)", op, device,
            device_count());
+}
+
+cuda_ops::DeviceGenerator& generator_for_copy(const char* op, int device, cudaStream_t s) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   HG_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
   HG_CHECK(capture == cudaStreamCaptureStatusNone,
@@ -166,7 +171,8 @@ cuda_ops::DeviceGenerator& generator_for_copy(const char* op, int device, cudaSt
 }  // namespace
 
 rng::PhiloxState get_rng_state(int device) {
-  DeviceGuard guard(device >= 0 && device < device_count() ? device : 0);
+  check_device("cuda::get_rng_state", device);
+  DeviceGuard guard(device);
   const cudaStream_t s = stream();
   std::lock_guard<std::mutex> lock(cuda_ops::g_draw_mutex);
   cuda_ops::DeviceGenerator& g = generator_for_copy("cuda::get_rng_state", device, s);
@@ -177,7 +183,8 @@ rng::PhiloxState get_rng_state(int device) {
 }
 
 void set_rng_state(const rng::PhiloxState& state, int device) {
-  DeviceGuard guard(device >= 0 && device < device_count() ? device : 0);
+  check_device("cuda::set_rng_state", device);
+  DeviceGuard guard(device);
   const cudaStream_t s = stream();
   std::lock_guard<std::mutex> lock(cuda_ops::g_draw_mutex);
   cuda_ops::DeviceGenerator& g = generator_for_copy("cuda::set_rng_state", device, s);
