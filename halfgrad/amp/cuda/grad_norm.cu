@@ -22,16 +22,8 @@ using grad_norm::Mode;
 
 constexpr int kMaxTensors = 128;
 
-enum Kind : uint8_t { kFloat32, kFloat16, kBFloat16, kFloat64 };
-
-struct TensorList {
-  void* data[kMaxTensors];
-  int64_t numel[kMaxTensors];
-  int32_t chunk_begin[kMaxTensors + 1];
-  uint8_t kind[kMaxTensors];
-  uint8_t vec[kMaxTensors];  // base address 16-byte aligned: vector loads
-  int32_t count;
-};
+using cuda_mt::FloatKind;
+using TensorList = cuda_mt::FloatTensorList<kMaxTensors>;
 
 struct NormArgs : TensorList {
   double* partials;  // one per block of this launch
@@ -104,11 +96,11 @@ __global__ void __launch_bounds__(kThreads) norm_kernel(const __grid_constant__ 
   const bool vec = a.vec[t] != 0;
   double acc = 0.0;
   bool nan = false;
-  switch (a.kind[t]) {  // the same for the whole block: no divergence
-    case kFloat32: norm_range(static_cast<const float*>(a.data[t]), begin, end, vec, mode, a.p, acc, nan); break;
-    case kFloat16: norm_range(static_cast<const Half*>(a.data[t]), begin, end, vec, mode, a.p, acc, nan); break;
-    case kBFloat16: norm_range(static_cast<const BFloat16*>(a.data[t]), begin, end, vec, mode, a.p, acc, nan); break;
-    case kFloat64: norm_range(static_cast<const double*>(a.data[t]), begin, end, vec, mode, a.p, acc, nan); break;
+  switch (static_cast<FloatKind>(a.kind[t])) {  // the same for the whole block: no divergence
+    case FloatKind::F32: norm_range(static_cast<const float*>(a.data[t]), begin, end, vec, mode, a.p, acc, nan); break;
+    case FloatKind::F16: norm_range(static_cast<const Half*>(a.data[t]), begin, end, vec, mode, a.p, acc, nan); break;
+    case FloatKind::BF16: norm_range(static_cast<const BFloat16*>(a.data[t]), begin, end, vec, mode, a.p, acc, nan); break;
+    case FloatKind::F64: norm_range(static_cast<const double*>(a.data[t]), begin, end, vec, mode, a.p, acc, nan); break;
   }
   const bool any_nan = __syncthreads_or(nan);
   const double r = block_reduce(acc, mode == grad_norm::kInf);
@@ -160,21 +152,11 @@ __global__ void __launch_bounds__(kThreads) clip_kernel(const __grid_constant__ 
   const int64_t begin = static_cast<int64_t>(blockIdx.x - a.chunk_begin[t]) * kChunk;
   const int64_t end = ::min(a.numel[t], begin + kChunk);  // CUDA's min: halfgrad::min is the tensor op
   const bool vec = a.vec[t] != 0;
-  switch (a.kind[t]) {
-    case kFloat32: scale_range(static_cast<float*>(a.data[t]), begin, end, vec, coef); break;
-    case kFloat16: scale_range(static_cast<Half*>(a.data[t]), begin, end, vec, coef); break;
-    case kBFloat16: scale_range(static_cast<BFloat16*>(a.data[t]), begin, end, vec, coef); break;
-    case kFloat64: scale_range(static_cast<double*>(a.data[t]), begin, end, vec, coef); break;
-  }
-}
-
-Kind kind_of(const Tensor& g) {
-  switch (g.dtype()) {
-    case DType::Float32: return kFloat32;
-    case DType::Float16: return kFloat16;
-    case DType::BFloat16: return kBFloat16;
-    case DType::Float64: return kFloat64;
-    default: fail("clip_grad_norm_: gradient {} is not a floating tensor", g.describe());
+  switch (static_cast<FloatKind>(a.kind[t])) {
+    case FloatKind::F32: scale_range(static_cast<float*>(a.data[t]), begin, end, vec, coef); break;
+    case FloatKind::F16: scale_range(static_cast<Half*>(a.data[t]), begin, end, vec, coef); break;
+    case FloatKind::BF16: scale_range(static_cast<BFloat16*>(a.data[t]), begin, end, vec, coef); break;
+    case FloatKind::F64: scale_range(static_cast<double*>(a.data[t]), begin, end, vec, coef); break;
   }
 }
 
@@ -182,16 +164,8 @@ void check_list(const char* op, const std::vector<Tensor>& grads) {
   for (const Tensor& g : grads) {
     HG_CHECK(g.device().is_cuda() && g.device() == grads[0].device() && g.is_contiguous(),
              "{}: gradient {} must be a contiguous tensor on {}", op, g.describe(), grads[0].device().str());
-    kind_of(g);
+    cuda_mt::float_kind(g, op);
   }
-}
-
-template <typename Args>
-void fill(Args& a, int slot, const Tensor& g) {
-  a.data[slot] = g.data_ptr();
-  a.numel[slot] = g.numel();
-  a.kind[slot] = kind_of(g);
-  a.vec[slot] = cuda_mt::aligned16(g.data_ptr());
 }
 
 int64_t total_chunks(const std::vector<Tensor>& grads) {
@@ -218,7 +192,7 @@ Tensor multi_tensor_norm(const std::vector<Tensor>& grads, double norm_type) {
   double* next = static_cast<double*>(partials.data_ptr());
   cuda_mt::pack_launches<kMaxTensors>(
       args, grads.size(), [&](size_t i) { return grads[i].numel(); },
-      [&](NormArgs& a, int slot, size_t i) { fill(a, slot, grads[i]); },
+      [&](NormArgs& a, int slot, size_t i) { cuda_mt::set_slot(a, slot, grads[i], op); },
       [&](NormArgs& a, unsigned blocks) {
         a.partials = next;
         norm_kernel<<<blocks, kThreads, 0, cuda_mt::stream()>>>(a);
@@ -240,7 +214,7 @@ void multi_tensor_clip(const std::vector<Tensor>& grads, const Tensor& total_nor
   args.max_norm = static_cast<float>(max_norm);
   cuda_mt::pack_launches<kMaxTensors>(
       args, grads.size(), [&](size_t i) { return grads[i].numel(); },
-      [&](ClipArgs& a, int slot, size_t i) { fill(a, slot, grads[i]); },
+      [&](ClipArgs& a, int slot, size_t i) { cuda_mt::set_slot(a, slot, grads[i], op); },
       [&](const ClipArgs& a, unsigned blocks) {
         clip_kernel<<<blocks, kThreads, 0, cuda_mt::stream()>>>(a);
         HG_CUDA_CHECK(cudaGetLastError());

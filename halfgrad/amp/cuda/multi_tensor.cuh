@@ -24,6 +24,8 @@
 
 #include <halfgrad/core/cuda/check.h>
 #include <halfgrad/core/cuda/runtime.h>
+#include <halfgrad/core/error.h>
+#include <halfgrad/core/tensor.h>
 
 namespace halfgrad::cuda_mt {
 
@@ -44,6 +46,45 @@ struct alignas(16) Pack {
 };
 
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// The floating dtypes a kernel over gradients switches on, one per tensor.
+enum class FloatKind : uint8_t { F32, F16, BF16, F64 };
+
+// A launch's list of floating tensors (the loss scaler's and clip_grad_norm_'s
+// kernels extend it with their own arguments): each tensor's base address,
+// size, first chunk in the grid, dtype, and whether vector loads may be used.
+template <int MaxTensors>
+struct FloatTensorList {
+  void* data[MaxTensors];
+  int64_t numel[MaxTensors];
+  int32_t chunk_begin[MaxTensors + 1];
+  uint8_t kind[MaxTensors];
+  uint8_t vec[MaxTensors];  // base address 16-byte aligned: vector loads
+  int32_t count;
+};
+
+// t's FloatKind; an Error naming `op` for a tensor that is not floating.
+inline FloatKind float_kind(const Tensor& t, const char* op) {
+  switch (t.dtype()) {
+    case DType::Float32: return FloatKind::F32;
+    case DType::Float16: return FloatKind::F16;
+    case DType::BFloat16: return FloatKind::BF16;
+    case DType::Float64: return FloatKind::F64;
+    default:
+      fail("{}: gradient {} is not a floating tensor; only float32, float16, bfloat16 and float64 gradients are "
+           "supported",
+           op, t.describe());
+  }
+}
+
+// Stores t in slot `slot` of a FloatTensorList (pack_launches' `add`).
+template <typename List>
+void set_slot(List& list, int slot, const Tensor& t, const char* op) {
+  list.data[slot] = t.data_ptr();
+  list.numel[slot] = t.numel();
+  list.kind[slot] = static_cast<uint8_t>(float_kind(t, op));
+  list.vec[slot] = aligned16(t.data_ptr());
+}
 
 using cuda::stream;
 

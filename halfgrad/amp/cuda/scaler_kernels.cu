@@ -21,15 +21,9 @@ using cuda_mt::Pack;
 // parameters is checked and unscaled by one kernel.
 constexpr int kMaxTensors = 128;
 
-enum Kind : uint8_t { kFloat32, kFloat16, kBFloat16, kFloat64 };
+using cuda_mt::FloatKind;
 
-struct UnscaleArgs {
-  void* data[kMaxTensors];
-  int64_t numel[kMaxTensors];
-  int32_t chunk_begin[kMaxTensors + 1];
-  uint8_t kind[kMaxTensors];
-  uint8_t vec[kMaxTensors];  // base address 16-byte aligned: vector loads
-  int32_t count;
+struct UnscaleArgs : cuda_mt::FloatTensorList<kMaxTensors> {
   float* found_inf;
   const float* inv_scale;  // nullptr: check only
 };
@@ -76,11 +70,11 @@ __global__ void __launch_bounds__(kThreads) unscale_and_check_kernel(const __gri
   const bool apply = a.inv_scale != nullptr && inv != 1.0f;  // x * 1 == x: save the stores
   const bool vec = a.vec[t] != 0;
   bool bad = false;
-  switch (a.kind[t]) {  // the same for the whole block: no divergence
-    case kFloat32: bad = unscale_range(static_cast<float*>(a.data[t]), begin, end, vec, inv, apply); break;
-    case kFloat16: bad = unscale_range(static_cast<Half*>(a.data[t]), begin, end, vec, inv, apply); break;
-    case kBFloat16: bad = unscale_range(static_cast<BFloat16*>(a.data[t]), begin, end, vec, inv, apply); break;
-    case kFloat64: bad = unscale_range(static_cast<double*>(a.data[t]), begin, end, vec, inv, apply); break;
+  switch (static_cast<FloatKind>(a.kind[t])) {  // the same for the whole block: no divergence
+    case FloatKind::F32: bad = unscale_range(static_cast<float*>(a.data[t]), begin, end, vec, inv, apply); break;
+    case FloatKind::F16: bad = unscale_range(static_cast<Half*>(a.data[t]), begin, end, vec, inv, apply); break;
+    case FloatKind::BF16: bad = unscale_range(static_cast<BFloat16*>(a.data[t]), begin, end, vec, inv, apply); break;
+    case FloatKind::F64: bad = unscale_range(static_cast<double*>(a.data[t]), begin, end, vec, inv, apply); break;
   }
   // One store per block that saw an inf/NaN; every writer writes 1, so the
   // race between blocks is benign. Never writes 0: the caller zeroes the flag.
@@ -113,19 +107,6 @@ __global__ void reciprocal_scale_kernel(const float* scale, float* out) {
   *out = static_cast<float>(1.0 / static_cast<double>(*scale));
 }
 
-Kind kind_of(const Tensor& g) {
-  switch (g.dtype()) {
-    case DType::Float32: return kFloat32;
-    case DType::Float16: return kFloat16;
-    case DType::BFloat16: return kBFloat16;
-    case DType::Float64: return kFloat64;
-    default:
-      fail("GradScaler (unscale_and_check): gradient {} is not a floating tensor; only float32, float16, bfloat16 "
-           "and float64 gradients can be checked and unscaled",
-           g.describe());
-  }
-}
-
 // A one-element tensor of `dtype` on CUDA: the scale, the tracker, a flag.
 void check_scalar(const char* op, const char* what, const Tensor& t, DType dtype) {
   HG_CHECK(t.defined() && t.device().is_cuda() && t.dtype() == dtype && t.numel() == 1,
@@ -154,7 +135,7 @@ void unscale_and_check(const std::vector<Tensor>& grads, const Tensor& found_inf
     if (!g.defined()) continue;
     check_same_device(op, g, found_inf);
     HG_CHECK(g.is_contiguous(), "{}: gradient {} is not contiguous", op, g.describe());
-    kind_of(g);  // rejects non-floating grads before anything is launched
+    cuda_mt::float_kind(g, op);  // rejects non-floating grads before anything is launched
     list.push_back(&g);
   }
   if (list.empty()) return;
@@ -165,13 +146,7 @@ void unscale_and_check(const std::vector<Tensor>& grads, const Tensor& found_inf
   args.inv_scale = inv_scale.defined() ? static_cast<const float*>(inv_scale.data_ptr()) : nullptr;
   cuda_mt::pack_launches<kMaxTensors>(
       args, list.size(), [&](size_t i) { return list[i]->numel(); },
-      [&](UnscaleArgs& a, int slot, size_t i) {
-        const Tensor& g = *list[i];
-        a.data[slot] = g.data_ptr();
-        a.numel[slot] = g.numel();
-        a.kind[slot] = kind_of(g);
-        a.vec[slot] = cuda_mt::aligned16(g.data_ptr());
-      },
+      [&](UnscaleArgs& a, int slot, size_t i) { cuda_mt::set_slot(a, slot, *list[i], op); },
       [&](const UnscaleArgs& a, unsigned blocks) {
         unscale_and_check_kernel<<<blocks, kThreads, 0, cuda_mt::stream()>>>(a);
         HG_CUDA_CHECK(cudaGetLastError());
