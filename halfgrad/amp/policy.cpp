@@ -129,7 +129,8 @@ const std::vector<Builtin> kCpu = {
       "permute", "narrow", "slice", "unsqueeze", "squeeze", "expand", "clone", "contiguous", "to",           \
       "to_device", "fill", "copy", "sort", "argsort", "topk", "min", "argmin", "amax", "amin", "all", "any",     \
       "isclose", "isnan", "isinf", "isfinite", "remainder", "fmod", "index_select", "gather", "scatter",       \
-      "masked_fill", "one_hot"
+      "masked_fill", "one_hot", "batch_norm", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "hardswish", \
+      "hardsigmoid", "relu6"
 constexpr std::string_view kNoRowCuda[] = {HG_NO_ROW_BOTH};
 // PyTorch's CPU lists are shorter: these take fp32 (or promote: scatter_add,
 // index_put) on CUDA only.

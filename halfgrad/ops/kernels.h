@@ -98,6 +98,33 @@ void linear_chain_backward(const Tensor& g, const std::vector<Tensor>& h, const 
 // db (the layer count when none is). Layer i computes its input gradient only when i > this.
 int64_t linear_chain_lowest(const Tensor& dx, const std::vector<Tensor>& dw, const std::vector<Tensor>& db);
 
+// Convolution with 1 to 3 spatial dims (ops/conv.cpp; CPU: ops/cpu/conv.cpp on
+// oneDNN, CUDA: ops/cuda/conv.cu on cuDNN). Tensors are [N, C, *spatial]:
+//   x [N, C_in, *in], w [C_out, C_in / groups, *k], y [N, C_out, *out], bias [C_out]
+// with, per spatial dim i (floor division; the op has checked every size > 0):
+//   out[i] = (in[i] + pad_before[i] + pad_after[i] - dilation[i] * (k[i] - 1) - 1) / stride[i] + 1
+// Transposed convolutions are these three run the other way round (conv_transpose's
+// forward is conv_backward_data). All tensors share one dtype (float32, float16,
+// bfloat16; float64 on the CPU); products accumulate in float32 (float64 for
+// float64) and each output rounds once. Layouts: each tensor is dense in NC*
+// order (contiguous) or channels-last (C innermost); the op allocates outputs in
+// its input's layout.
+struct ConvGeometry {
+  int nd = 2;  // spatial dims: 1, 2 or 3
+  int64_t groups = 1;
+  int64_t stride[3] = {1, 1, 1}, dilation[3] = {1, 1, 1};
+  int64_t pad_before[3] = {0, 0, 0}, pad_after[3] = {0, 0, 0};
+};
+// y = conv(x, w) + bias (bias undefined: none). y is fully overwritten.
+void conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const ConvGeometry& g, const Tensor& y);
+// dx = the gradient of conv(x, w) with respect to x for the output gradient dy
+// (dx's shape is x's; elements no output reads get 0). dx is fully overwritten.
+void conv_backward_data(const Tensor& dy, const Tensor& w, const ConvGeometry& g, const Tensor& dx);
+// dw (and db = the sum of dy over N and the spatial dims, when defined) for the
+// output gradient dy of conv(x, w). Both are fully overwritten.
+void conv_backward_weight(const Tensor& dy, const Tensor& x, const ConvGeometry& g, const Tensor& dw,
+                          const Tensor& db);
+
 // Softmax over the last dim of a contiguous tensor (log: log-softmax).
 void softmax(const Tensor& in, const Tensor& out, bool log);
 // grad_in from grad_out and the forward output y: softmax: y * (g - sum(g*y));

@@ -26,6 +26,11 @@
   /* linear algebra */                                                                                      \
   X(mm) X(bmm) X(addmm) X(matmul) X(linear) X(linear_relu) X(linear_gelu) X(linear_gelu_tanh)               \
   X(linear_chain)                                                                                           \
+  /* convolutions, normalisation, pooling (ops/conv.cpp, ops/norm_pool.cpp) */                              \
+  X(conv1d) X(conv2d) X(conv3d) X(conv_transpose1d) X(conv_transpose2d) X(conv_transpose3d) X(batch_norm)   \
+  X(max_pool2d) X(avg_pool2d) X(adaptive_avg_pool2d)                                                        \
+  /* activations of MobileNetV3 */                                                                          \
+  X(prelu) X(hardswish) X(hardsigmoid) X(relu6)                                                             \
   /* softmax, losses, dropout */                                                                            \
   X(softmax) X(log_softmax) X(nll_loss) X(cross_entropy) X(mse_loss) X(binary_cross_entropy)               \
   X(binary_cross_entropy_with_logits) X(l1_loss) X(smooth_l1_loss) X(dropout)                               \

@@ -53,7 +53,7 @@ TEST_CASE("Op ids: names are unique and round-trip through find_op", "[amp][op_i
     CHECK(seen.insert(name).second);
     CHECK(hg::find_op(name) == op_at(i));
   }
-  CHECK_FALSE(hg::find_op("conv2d").has_value());  // a row for an op we do not have
+  CHECK_FALSE(hg::find_op("conv_tbc").has_value());  // a row for an op we do not have
   CHECK_FALSE(hg::find_op("add_").has_value());    // in-place ops take their op's id
   STATIC_REQUIRE(hg::op_name(OpId::linear_gelu_tanh) == "linear_gelu_tanh");
   STATIC_REQUIRE(hg::find_op("binary_cross_entropy_with_logits") == OpId::binary_cross_entropy_with_logits);
@@ -93,13 +93,13 @@ TEST_CASE("Op ids: lookup by OpId gives the answer of lookup by name, overrides 
   hg::amp::set_policy(DeviceType::CPU, "exp", CastPolicy::Fp32);           // add a row
   hg::amp::set_policy(DeviceType::CPU, "linear", std::nullopt);            // remove one
   hg::amp::set_policy(DeviceType::CUDA, "softmax", CastPolicy::Promote);   // change one
-  hg::amp::set_policy(DeviceType::CUDA, "conv2d", CastPolicy::Fp32);       // an op we do not have
+  hg::amp::set_policy(DeviceType::CUDA, "conv_tbc", CastPolicy::Fp32);     // an op we do not have
   hg::amp::set_policy(DeviceType::CUDA, "my_op", CastPolicy::Promote);     // not an op at all
   CHECK(hg::amp::lookup_policy(DeviceType::CPU, OpId::exp) == CastPolicy::Fp32);
   CHECK_FALSE(hg::amp::lookup_policy(DeviceType::CPU, OpId::linear).has_value());
   CHECK(hg::amp::lookup_policy(DeviceType::CUDA, OpId::linear) == CastPolicy::LowerPrecision);  // other device
   CHECK(hg::amp::lookup_policy(DeviceType::CUDA, OpId::softmax) == CastPolicy::Promote);
-  CHECK(hg::amp::lookup_policy(DeviceType::CUDA, "conv2d") == CastPolicy::Fp32);
+  CHECK(hg::amp::lookup_policy(DeviceType::CUDA, "conv_tbc") == CastPolicy::Fp32);
   CHECK(hg::amp::lookup_policy(DeviceType::CUDA, "my_op") == CastPolicy::Promote);
   check_lookups_agree();
 
@@ -107,7 +107,7 @@ TEST_CASE("Op ids: lookup by OpId gives the answer of lookup by name, overrides 
   CHECK_FALSE(hg::amp::lookup_policy(DeviceType::CPU, OpId::exp).has_value());
   CHECK(hg::amp::lookup_policy(DeviceType::CPU, OpId::linear) == CastPolicy::LowerPrecision);
   CHECK(hg::amp::lookup_policy(DeviceType::CUDA, OpId::softmax) == CastPolicy::Fp32);
-  CHECK(hg::amp::lookup_policy(DeviceType::CUDA, "conv2d") == CastPolicy::LowerPrecision);
+  CHECK(hg::amp::lookup_policy(DeviceType::CUDA, "conv_tbc") == CastPolicy::LowerPrecision);
   CHECK_FALSE(hg::amp::lookup_policy(DeviceType::CUDA, "my_op").has_value());
   check_lookups_agree();
 }

@@ -21,6 +21,11 @@ std::vector<Tensor> linear_chain(const std::vector<Tensor>& h, const std::vector
 void linear_chain_backward(const Tensor& g, const std::vector<Tensor>& h, const std::vector<Tensor>& w,
                            const std::vector<kernels::Activation>& act, const std::vector<Tensor>& saved,
                            const Tensor& dx, const std::vector<Tensor>& dw, const std::vector<Tensor>& db);
+void conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const kernels::ConvGeometry& g,
+                  const Tensor& y);
+void conv_backward_data(const Tensor& dy, const Tensor& w, const kernels::ConvGeometry& g, const Tensor& dx);
+void conv_backward_weight(const Tensor& dy, const Tensor& x, const kernels::ConvGeometry& g, const Tensor& dw,
+                          const Tensor& db);
 void softmax(const Tensor& in, const Tensor& out, bool log);
 void softmax_backward(const Tensor& grad_out, const Tensor& y, const Tensor& grad_in, bool log);
 void nll_loss(const Tensor& logp, const Tensor& target, const Tensor& out, int64_t ignore_index, const char* op);

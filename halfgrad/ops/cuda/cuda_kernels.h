@@ -17,6 +17,11 @@ void copy(const Tensor& dst, const Tensor& src);         // one device, any dtyp
 void reduce(kernels::ReduceOp op, const Tensor& in, const std::vector<int64_t>& dims, const Tensor& out,
             const Tensor& indices = Tensor());
 void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias, float beta);
+void conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const kernels::ConvGeometry& g,
+                  const Tensor& y);
+void conv_backward_data(const Tensor& dy, const Tensor& w, const kernels::ConvGeometry& g, const Tensor& dx);
+void conv_backward_weight(const Tensor& dy, const Tensor& x, const kernels::ConvGeometry& g, const Tensor& dw,
+                          const Tensor& db);
 void softmax(const Tensor& in, const Tensor& out, bool log);
 void softmax_backward(const Tensor& grad_out, const Tensor& y, const Tensor& grad_in, bool log);
 // A target out of range (and not ignore_index) cannot throw from a kernel
