@@ -13,6 +13,7 @@
 #include <halfgrad/core/tensor.h>
 #include <halfgrad/ops/activation.h>
 #include <halfgrad/ops/loss_options.h>
+#include <halfgrad/ops/size_arg.h>
 #include <halfgrad/ops/sort_ops.h>
 
 namespace halfgrad {
