@@ -111,6 +111,12 @@ autocast::Settings autocast::applied_to(Settings s) const {
   return s;
 }
 
+bool autocast_disabled_by_region(DeviceType type) {
+  for (auto it = g.guards.rbegin(); it != g.guards.rend(); ++it)
+    if ((*it)->device_type() == type) return !(*it)->enabled();
+  return false;
+}
+
 autocast::autocast(DeviceType device_type, std::optional<DType> dtype, bool enabled, bool cache_enabled)
     : device_(device_type),
       enabled_(enabled),

@@ -43,6 +43,9 @@ class autocast {
   autocast(const autocast&) = delete;
   autocast& operator=(const autocast&) = delete;
 
+  DeviceType device_type() const { return device_; }
+  bool enabled() const { return enabled_; }
+
   // The thread's whole autocast state (both device types and the cache flag).
   struct Settings {
     bool cpu_enabled, cuda_enabled, cache_enabled;
@@ -80,6 +83,24 @@ DType autocast_dtype(DeviceType type);
 bool is_autocast_cache_enabled();
 // Entries in the cast cache (for tests and teaching: a weight used twice is cast once).
 size_t cast_cache_size();
+
+// The forward wrapper of a model (what halfgrad's MobileNetV3-small uses): the
+// body runs under autocast for `device_type` when the caller has not opened a
+// region, in the caller's region (its dtype, its cast cache) when it has, and
+// WITHOUT autocast when the innermost region the caller opened for that device
+// type says enabled=false. So a model can ship with mixed precision on by
+// default and still be run in float32 by `amp::autocast(dev, {}, false)`.
+// PyTorch's bare `@autocast()` decorator would re-enable autocast inside such
+// a region; halfgrad's model wrapper lets the caller's explicit "off" win
+// (docs/amp.md). autocast_fn above is the PyTorch-exact decorator.
+bool autocast_disabled_by_region(DeviceType type);  // innermost open region for `type` has enabled=false
+template <typename Fn>
+auto autocast_forward(DeviceType device_type, Fn&& fn) {
+  const bool open = !is_autocast_enabled(device_type) && !autocast_disabled_by_region(device_type);
+  std::optional<autocast> region;
+  if (open) region.emplace(device_type);
+  return std::forward<Fn>(fn)();
+}
 
 // The dispatcher's autocast step: cast `inputs` in place by the op's policy
 // row (one lock-free lookup by OpId). A no-op when autocast is off for the

@@ -131,6 +131,34 @@ TEST_CASE("The decorator form runs a forward under autocast", "[amp]") {
   CHECK_FALSE(hg::amp::is_autocast_enabled(DeviceType::CPU));
 }
 
+TEST_CASE("PyTorch's decorator re-enables autocast inside an enabled=false region; the model wrapper does not",
+          "[amp]") {
+  auto x = hg::randn({3, 4}), w = hg::randn({2, 4});
+  auto body = [&] { return hg::linear(x, w); };
+  // No region: both wrappers turn autocast on.
+  CHECK(hg::amp::autocast_fn(DeviceType::CPU, body).dtype() == hg::bfloat16);
+  CHECK(hg::amp::autocast_forward(DeviceType::CPU, body).dtype() == hg::bfloat16);
+  {
+    hg::amp::autocast off(DeviceType::CPU, std::nullopt, /*enabled=*/false);
+    CHECK(hg::amp::autocast_disabled_by_region(DeviceType::CPU));
+    CHECK_FALSE(hg::amp::autocast_disabled_by_region(DeviceType::CUDA));
+    CHECK(hg::amp::autocast_fn(DeviceType::CPU, body).dtype() == hg::bfloat16);  // PyTorch's @autocast()
+    CHECK(hg::amp::autocast_forward(DeviceType::CPU, body).dtype() == hg::float32);
+    {
+      hg::amp::autocast on(DeviceType::CPU);  // the innermost region decides
+      CHECK_FALSE(hg::amp::autocast_disabled_by_region(DeviceType::CPU));
+      CHECK(hg::amp::autocast_forward(DeviceType::CPU, body).dtype() == hg::bfloat16);
+    }
+  }
+  {
+    // An outer enabled region keeps its dtype and its cast cache.
+    hg::amp::autocast outer(DeviceType::CPU, hg::float16);
+    CHECK(hg::amp::autocast_forward(DeviceType::CPU, body).dtype() == hg::float16);
+  }
+  CHECK_FALSE(hg::amp::autocast_disabled_by_region(DeviceType::CPU));
+  CHECK_FALSE(hg::amp::is_autocast_enabled(DeviceType::CPU));
+}
+
 TEST_CASE("Cast cache: a weight used twice is cast once, and the cache is empty after the region", "[amp]") {
   auto x = hg::randn({3, 4}), w = w_param({2, 4});
   std::vector<std::string> lines;
