@@ -1,4 +1,5 @@
-// Normalize (data/transforms.h): one broadcast subtract and divide.
+// Normalize (data/transforms.h): one broadcast subtract and divide. Pad: a
+// filled tensor with the input copied into its middle.
 #include <halfgrad/data/transforms.h>
 
 #include <cmath>
@@ -31,6 +32,26 @@ Tensor Normalize::operator()(const Tensor& x) const {
 }
 
 Example Normalize::operator()(Example e) const {
+  e.input = (*this)(e.input);
+  return e;
+}
+
+Pad::Pad(int64_t p, double f) : padding(p), fill(f) {
+  HG_CHECK(padding >= 0, "Pad: padding must be >= 0, got {}", padding);
+}
+
+Tensor Pad::operator()(const Tensor& x) const {
+  HG_CHECK(x.dim() >= 2, "Pad: expected [..., H, W], got {}", x.describe());
+  if (padding == 0) return x;
+  Shape shape = x.shape();
+  shape[shape.size() - 2] += 2 * padding;
+  shape.back() += 2 * padding;
+  Tensor out = full(shape, fill, x.options());
+  out.narrow(x.dim() - 2, padding, x.size(x.dim() - 2)).narrow(x.dim() - 1, padding, x.size(x.dim() - 1)).copy_(x);
+  return out;
+}
+
+Example Pad::operator()(Example e) const {
   e.input = (*this)(e.input);
   return e;
 }

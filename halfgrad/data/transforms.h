@@ -24,6 +24,19 @@ struct Normalize {
   std::vector<double> mean, std;
 };
 
+// torchvision's Pad(padding, fill) in constant mode: `padding` elements of
+// `fill` on every side of the last two dims ([..., H, W] -> [..., H + 2p, W + 2p]);
+// e.g. Fashion-MNIST's 28x28 to the 32x32 a MobileNet divides by 32 without
+// remainder. padding >= 0; the result has x's dtype and device.
+struct Pad {
+  explicit Pad(int64_t padding, double fill = 0.0);
+  Tensor operator()(const Tensor& x) const;
+  Example operator()(Example e) const;
+
+  int64_t padding;
+  double fill;
+};
+
 // x.flatten(start_dim, end_dim): a batch of images [N, C, H, W] -> [N, C*H*W].
 struct Flatten {
   int64_t start_dim = 1;

@@ -362,6 +362,31 @@ TEST_CASE("DataLoader errors", "[data][loader][errors]") {
                             {"cuda:0 is not available"}}});
 }
 
+TEST_CASE("Pad: torchvision's constant padding of the last two dims", "[data][transforms]") {
+  const Tensor x = hgtest::uniform({2, 1, 3, 2}, hg::DType::Float32, 0.5, 1.5);
+  const Tensor y = hg::data::Pad(2, -1.0)(x);
+  REQUIRE(y.shape() == hg::Shape{2, 1, 7, 6});
+  CHECK(y.dtype() == hg::DType::Float32);
+  const auto xv = hgtest::values(x), yv = hgtest::values(y);
+  for (int64_t n = 0; n < 2; ++n)
+    for (int64_t i = 0; i < 7; ++i)
+      for (int64_t j = 0; j < 6; ++j) {
+        const bool inside = i >= 2 && i < 5 && j >= 2 && j < 4;
+        const double want = inside ? xv[static_cast<size_t>(n * 6 + (i - 2) * 2 + (j - 2))] : -1.0;
+        CHECK(yv[static_cast<size_t>(n * 42 + i * 6 + j)] == want);
+      }
+  // An Example keeps its target; 0 padding is the identity; a sample [H, W] works.
+  Example e{hg::ones({1, 28, 28}), hg::tensor({3})};
+  const Example p = hg::data::Pad(2)(e);
+  CHECK(p.input.shape() == hg::Shape{1, 32, 32});
+  CHECK(p.input.sum().item() == 28.0 * 28.0);
+  CHECK(p.target.is_same(e.target));
+  CHECK(hg::data::Pad(0)(x).is_same(x));
+  CHECK(hg::data::Pad(1)(hg::ones({2, 2})).shape() == hg::Shape{4, 4});
+  hgtest::expect_errors({{"negative", [] { hg::data::Pad(-1); }, {"padding must be >= 0"}},
+                         {"1-d", [] { hg::data::Pad(1)(hg::ones({3})); }, {"expected [..., H, W]"}}});
+}
+
 TEST_CASE("Normalize and Flatten", "[data][transforms]") {
   for (hg::DType dt : {hg::DType::Float32, hg::DType::Float64}) {
     INFO(hgtest::dname(dt));
