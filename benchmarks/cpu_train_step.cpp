@@ -18,12 +18,11 @@
 #include <vector>
 
 #include <omp.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #ifdef HALFGRAD_BENCH_LIBTORCH
 #include "libtorch_step.h"
 #endif
+#include "cpu_bench.h"
 
 namespace hg = halfgrad;
 
@@ -63,55 +62,9 @@ std::function<void()> make_halfgrad_step(bool amp) {
   };
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-double time_ms(const std::function<void()>& f) {
-  const auto t0 = std::chrono::steady_clock::now();
-  f();
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-
-// Times `steps` steps of one variant in a child process and returns the
-// per-step milliseconds. Each variant runs alone: two frameworks' thread
-// pools in one process (both OpenMP, spinning between parallel regions) slow
-// each other down by up to 3x, which is not what we want to measure.
-std::vector<double> time_in_child(const std::function<std::function<void()>()>& make, int steps) {
-  int fd[2];
-  if (pipe(fd) != 0) return {};
-  const pid_t pid = fork();
-  if (pid == 0) {
-    close(fd[0]);
-    auto step = make();
-    for (int i = 0; i < 8; ++i) step();  // warm-up: primitive caches, allocator, page faults
-    std::vector<double> t;
-    for (int i = 0; i < steps; ++i) t.push_back(time_ms(step));
-    const ssize_t want = static_cast<ssize_t>(t.size() * sizeof(double));
-    _exit(write(fd[1], t.data(), t.size() * sizeof(double)) == want ? 0 : 1);
-  }
-  close(fd[1]);
-  std::vector<double> t(steps);
-  const ssize_t got = read(fd[0], t.data(), t.size() * sizeof(double));
-  close(fd[0]);
-  waitpid(pid, nullptr, 0);
-  if (got != static_cast<ssize_t>(t.size() * sizeof(double))) return {};
-  return t;
-}
-
 // PyTorch eager (python3-torch), one block of steps of one mode in a child process.
 std::vector<double> time_pytorch(const std::string& mode, int steps, int threads) {
-  const std::string cmd = fmt::format("/usr/bin/python3 {}/pytorch_cpu_step.py --mode {} --steps {} --threads {} 2>/dev/null",
-                                      HALFGRAD_BENCH_DIR, mode, steps, threads);
-  std::vector<double> t;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) return t;
-  double ms;
-  while (fscanf(pipe, " %lf", &ms) == 1) t.push_back(ms);
-  pclose(pipe);
-  return t;
+  return bench::time_python(fmt::format("pytorch_cpu_step.py --mode {} --steps {} --threads {}", mode, steps, threads));
 }
 
 }  // namespace
@@ -133,16 +86,16 @@ int main(int argc, char** argv) {
     std::function<std::vector<double>(int)> run;  // block of n steps -> times
   };
   std::vector<Variant> variants{
-      {"halfgrad", [](int n) { return time_in_child([] { return make_halfgrad_step(false); }, n); }},
-      {"halfgrad-amp", [](int n) { return time_in_child([] { return make_halfgrad_step(true); }, n); }},
+      {"halfgrad", [](int n) { return bench::time_in_child([] { return make_halfgrad_step(false); }, n); }},
+      {"halfgrad-amp", [](int n) { return bench::time_in_child([] { return make_halfgrad_step(true); }, n); }},
   };
 #ifdef HALFGRAD_BENCH_LIBTORCH
   variants.push_back({"libtorch", [threads](int n) {
-                        return time_in_child(
+                        return bench::time_in_child(
                             [threads] { return bench::make_libtorch_step(kBatch, kIn, kHidden, kClasses, 0.01f, threads, false); }, n);
                       }});
   variants.push_back({"libtorch-amp", [threads](int n) {
-                        return time_in_child(
+                        return bench::time_in_child(
                             [threads] { return bench::make_libtorch_step(kBatch, kIn, kHidden, kClasses, 0.01f, threads, true); }, n);
                       }});
 #else
@@ -166,7 +119,7 @@ int main(int argc, char** argv) {
       fmt::print("{:<14} {:>14}\n", v.name, "n/a");
       continue;
     }
-    med[v.name] = median(times[v.name]);
+    med[v.name] = bench::median(times[v.name]);
     fmt::print("{:<14} {:>14.2f} {:>10.1f}\n", v.name, med[v.name], flops / med[v.name] / 1e6);
   }
   auto ratio = [&](const char* what, const char* a, const char* b, const char* target) {
