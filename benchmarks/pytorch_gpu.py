@@ -10,6 +10,7 @@ and informational lines; the C++ benchmark prints the two side by side.
   python3 benchmarks/pytorch_gpu.py add --log2n 28 --iters 20 --warmup 3
   python3 benchmarks/pytorch_gpu.py mlp --model seed --steps 200 --warmup 20
   python3 benchmarks/pytorch_gpu.py mlp --model large --steps 45 --warmup 10
+  python3 benchmarks/pytorch_gpu.py mobilenet --batch 256 --size 224 --steps 20 --warmup 5
 
 `--device cpu` runs the same code on the CPU with host timers (a smoke test
 of this script on a machine without a GPU; give it small sizes)."""
@@ -199,9 +200,58 @@ def bench_mlp(args, device):
         result(f"mlp.{k}.loss", losses[k].item())
 
 
+def bench_mobilenet(args, device):
+    """torchvision's mobilenet_v3_small training step (SGD momentum 0.9), float32
+    and float16 autocast + GradScaler, events around each step, blocks interleaved."""
+    try:
+        import torchvision
+    except ImportError:
+        print("torchvision is not installed: no PyTorch numbers", flush=True)
+        sys.exit(1)
+    torch.manual_seed(0)
+    batch, size = args.batch or 256, args.size
+    model = torchvision.models.mobilenet_v3_small(num_classes=1000).to(device)
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    crit = torch.nn.CrossEntropyLoss()
+    x = torch.randn(batch, 3, size, size, device=device)
+    y = torch.randint(0, 1000, (batch,), device=device)
+    amp_dtype = torch.float16 if device.type == "cuda" else torch.bfloat16
+
+    def make_step(amp):
+        scaler = make_scaler(device, amp)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast(device.type, dtype=amp_dtype, enabled=amp):
+                loss = crit(model(x), y)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            return loss
+
+        return step
+
+    steps = {"amp": make_step(True), "fp32": make_step(False)}
+    times = {k: [] for k in steps}
+    for step in steps.values():
+        for _ in range(args.warmup):
+            step()
+    sync(device)
+    blocks = 2
+    for _ in range(blocks):
+        for k, step in steps.items():
+            times[k] += time_each(device, 0, max(1, args.steps // blocks), step)
+    for k in steps:
+        ms = statistics.median(times[k])
+        result(f"mobilenet.{k}.step_ms", ms)
+        result(f"mobilenet.{k}.images_per_s", batch * 1e3 / ms)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("bench", choices=["gemm", "add", "mlp"])
+    p.add_argument("bench", choices=["gemm", "add", "mlp", "mobilenet"])
+    p.add_argument("--size", type=int, default=224, help="image side (mobilenet)")
     p.add_argument("--device", default="cuda")
     p.add_argument("--n", type=int, default=8192)
     p.add_argument("--log2n", type=int, default=28)
@@ -219,7 +269,7 @@ def main():
         sys.exit(1)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"torch {torch.__version__} on {where}", flush=True)
-    {"gemm": bench_gemm, "add": bench_add, "mlp": bench_mlp}[args.bench](args, device)
+    {"gemm": bench_gemm, "add": bench_add, "mlp": bench_mlp, "mobilenet": bench_mobilenet}[args.bench](args, device)
 
 
 if __name__ == "__main__":
