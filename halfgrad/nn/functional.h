@@ -17,9 +17,13 @@ namespace halfgrad::nn::functional {
 // activations, softmax, dropout, linear
 using halfgrad::dropout;
 using halfgrad::gelu;
+using halfgrad::hardsigmoid;
+using halfgrad::hardswish;
 using halfgrad::linear;
 using halfgrad::log_softmax;
+using halfgrad::prelu;
 using halfgrad::relu;
+using halfgrad::relu6;
 using halfgrad::sigmoid;
 using halfgrad::softmax;
 using halfgrad::tanh;

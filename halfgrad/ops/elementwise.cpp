@@ -307,6 +307,105 @@ Tensor sigmoid(const Tensor& a) {
                   Save::Output);
 }
 
+// MobileNetV3's activations. hardswish and hardsigmoid need floats (PyTorch has
+// no integer kernels); relu6 also takes int64, as PyTorch's (hardtanh) does.
+// Each backward is one pass on the saved input; the kink values are math.h's.
+namespace {
+// PyTorch has no integer (or bool) kernels for hardswish and hardsigmoid, and
+// relu6 takes int64 but not bool: an Error rather than a silent float32 result.
+void check_activation_input(OpId id, const Tensor& a, bool int64_ok) {
+  ops::check_defined(op_name(id), {{"input", &a}});
+  HG_CHECK(is_floating(a.dtype()) || (int64_ok && a.dtype() == DType::Int64),
+           "{}: expected a floating{} tensor, got {}. Cast it first, e.g. .to(float32).", op_name(id),
+           int64_ok ? " or int64" : "", a.describe());
+}
+}  // namespace
+
+Tensor hardswish(const Tensor& a) {
+  check_activation_input(OpId::hardswish, a, false);
+  return unary_op(OpId::hardswish, UnaryOp::Hardswish, a,
+                  [](const Saved& s, const Tensor& g) -> Grads {
+                    const Tensor& x = s.input(0);
+                    return {binary_kernel(BinaryOp::HardswishBackward, g.to(x.dtype()), x, g.shape())};
+                  },
+                  Save::Inputs);
+}
+
+Tensor hardsigmoid(const Tensor& a) {
+  check_activation_input(OpId::hardsigmoid, a, false);
+  return unary_op(OpId::hardsigmoid, UnaryOp::Hardsigmoid, a,
+                  [](const Saved& s, const Tensor& g) -> Grads {
+                    const Tensor& x = s.input(0);
+                    return {binary_kernel(BinaryOp::HardsigmoidBackward, g.to(x.dtype()), x, g.shape())};
+                  },
+                  Save::Inputs);
+}
+
+Tensor relu6(const Tensor& a) {
+  check_activation_input(OpId::relu6, a, true);
+  return unary_op(OpId::relu6, UnaryOp::Relu6, a,
+                  [](const Saved& s, const Tensor& g) -> Grads {
+                    const Tensor& x = s.input(0);
+                    return {binary_kernel(BinaryOp::Relu6Backward, g.to(x.dtype()), x, g.shape())};
+                  },
+                  Save::Inputs, {}, false);
+}
+
+namespace {
+// prelu's weight as a view that broadcasts against x: 0-d for one weight, else
+// [1, C, 1, ...] (the channel dim is dim 1, as PyTorch).
+Tensor prelu_weight_view(const Tensor& w, int64_t x_dim) {
+  if (w.numel() == 1) return w.reshape({});
+  Shape shape(static_cast<size_t>(x_dim), 1);
+  shape[1] = w.numel();
+  return w.reshape(shape);
+}
+}  // namespace
+
+Tensor prelu(const Tensor& x, const Tensor& weight) {
+  ops::check_defined("prelu", {{"input", &x}, {"weight", &weight}});
+  HG_CHECK(is_floating(x.dtype()) && is_floating(weight.dtype()),
+           "prelu: expected floating tensors, got input {} and weight {}. Cast them first, e.g. .to(float32).",
+           x.describe(), weight.describe());
+  HG_CHECK(weight.dim() <= 1,
+           "prelu: weight must be a scalar or a 1-d tensor ([1] or [C] with C = input.shape[1]), got {} for input {}",
+           weight.describe(), x.describe());
+  // As PyTorch: the channel dim is dim 1; a 0-d or 1-d input has one channel.
+  const int64_t channels = x.dim() >= 2 ? x.shape()[1] : 1;
+  HG_CHECK(weight.numel() == 1 || weight.numel() == channels,
+           "prelu: weight {} has {} parameters but input {} has {} channels (dim 1; 1 for a 0-d or 1-d input); pass "
+           "one weight or one per channel (nn::PReLU(num_parameters = {}))",
+           weight.describe(), weight.numel(), x.describe(), channels, channels);
+  return dispatch::call(
+      OpId::prelu, {x, weight},
+      [](const std::vector<Tensor>& in) {
+        ops::check_same_dtype("prelu", in);
+        const Tensor wb = prelu_weight_view(in[1], in[0].dim());
+        return binary_kernel(BinaryOp::Prelu, in[0], wb, in[0].shape());
+      },
+      [](const Saved& s, const Tensor& g0) -> Grads {
+        const Tensor& x = s.input(0);
+        const Tensor& w = s.input(1);
+        const Tensor g = g0.to(x.dtype());
+        const Tensor wb = prelu_weight_view(w, x.dim());
+        const Tensor positive = gt(x, 0.0);
+        const Tensor zero = ops::scalar_tensor(0.0, x.dtype(), x.device());
+        Tensor dx, dw;
+        if (s.needs_grad[0]) dx = where(positive, g, mul(g, wb));
+        if (s.needs_grad[1]) {
+          // sum over every dim but the channel dim (all dims for one weight); a
+          // NaN input contributes NaN, as PyTorch
+          const Tensor contrib = where(positive, zero, mul(x, g));
+          Shape dims;
+          for (int64_t d = 0; d < x.dim(); ++d)
+            if (w.numel() == 1 || d != 1) dims.push_back(d);
+          dw = (dims.empty() ? contrib : sum(contrib, dims)).reshape(w.shape());
+        }
+        return {dx, dw};
+      },
+      Save::Inputs);
+}
+
 Tensor tanh(const Tensor& a) {
   return unary_op(OpId::tanh, UnaryOp::Tanh, a,
                   [](const Saved& s, const Tensor& g) -> Grads {

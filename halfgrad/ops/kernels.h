@@ -18,6 +18,9 @@ enum class UnaryOp : uint8_t {
   PowScalar,  // x ^ p.a
   Sign,
   GeluTanh,  // gelu(approximate="tanh")
+  Hardswish,    // x * relu6(x + 3) / 6
+  Hardsigmoid,  // relu6(x + 3) / 6
+  Relu6,        // min(max(x, 0), 6) (NaN stays NaN)
 };
 struct UnaryParams {
   double a = 0, b = 0;
@@ -31,6 +34,10 @@ enum class BinaryOp : uint8_t {
   TanhBackward,      // b = tanh output: a * (1 - b * b)
   GeluBackward,      // b = gelu input: a * gelu'(b)
   GeluTanhBackward,  // b = gelu input: a * gelu_tanh'(b)
+  HardswishBackward,    // b = input: b < -3 ? 0 : b <= 3 ? a * (b / 3 + 0.5) : a (PyTorch's scalar and CUDA kernels)
+  HardsigmoidBackward,  // b = input: -3 < b < 3 ? a / 6 : 0
+  Relu6Backward,        // b = input: b <= 0 || b >= 6 ? 0 : a (a NaN input passes the gradient, as hardtanh_backward)
+  Prelu,                // a = input, b = weight (broadcast): a > 0 ? a : b * a
   Remainder,         // Python's %: the sign of b (integers: b == 0 gives 0; the CPU op checks first)
   Fmod,              // C's fmod: the sign of a (integers: b == 0 gives 0)
   Eq, Ne, Lt, Le, Gt, Ge,                     // out dtype = bool

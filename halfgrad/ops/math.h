@@ -101,6 +101,33 @@ template <typename T> HG_INLINE T gelu_tanh_grad(T x) {
 }
 template <typename T> HG_INLINE T sigmoid(T x) { return T(1) / (T(1) + exp_(-x)); }
 
+// MobileNetV3's activations, as PyTorch's CPU kernels write them (a NaN stays
+// NaN: comparisons with NaN are false, so neither bound replaces it).
+template <typename T> HG_INLINE T relu6(T x) {
+  T y = x;
+  if (y < T(0)) y = T(0);
+  if (y > T(6)) y = T(6);
+  return y;
+}
+template <typename T> HG_INLINE T hardsigmoid(T x) { return relu6(x + T(3)) / T(6); }
+template <typename T> HG_INLINE T hardswish(T x) { return x * relu6(x + T(3)) / T(6); }
+// g * hardswish'(x). At the kinks PyTorch 1.13's CPU scalar loop and CUDA kernel
+// give -0.5 at x = -3 and 1.5 at x = 3 (x / 3 + 0.5 on the closed interval) and
+// pass g for a NaN input; its vectorised CPU loop gives 1 at x = 3 and NaN for
+// NaN. We take the scalar/CUDA definition everywhere.
+template <typename T> HG_INLINE T hardswish_backward(T g, T x) {
+  if (x < T(-3)) return T(0);
+  if (x <= T(3)) return g * (x / T(3) + T(0.5));
+  return g;
+}
+// g / 6 strictly inside (-3, 3), else 0 (0 at the kinks and for NaN), as PyTorch.
+template <typename T> HG_INLINE T hardsigmoid_backward(T g, T x) {
+  return (x > T(-3) && x < T(3)) ? g * T(1.0 / 6.0) : T(0);
+}
+// hardtanh_backward(0, 6): 0 at and beyond the kinks; a NaN input passes g
+// (PyTorch's scalar and CUDA kernels; its vectorised CPU loop gives 0).
+template <typename T> HG_INLINE T relu6_backward(T g, T x) { return (x <= T(0) || x >= T(6)) ? T(0) : g; }
+
 // The per-element functions, one instantiation per op (a compile-time op, so
 // the loops the backends wrap around them vectorise without a switch inside).
 template <kernels::UnaryOp Op, typename T>
@@ -124,6 +151,9 @@ HG_INLINE T unary_fn(T x, T a, T b) {
   else if constexpr (Op == UnaryOp::GeluTanh) return gelu_tanh(x);
   else if constexpr (Op == UnaryOp::Sigmoid) return sigmoid(x);
   else if constexpr (Op == UnaryOp::Tanh) return tanh_(x);
+  else if constexpr (Op == UnaryOp::Hardswish) return hardswish(x);
+  else if constexpr (Op == UnaryOp::Hardsigmoid) return hardsigmoid(x);
+  else if constexpr (Op == UnaryOp::Relu6) return relu6(x);
   else static_assert(kNoArmFor<Op>, "unary_fn: this UnaryOp has no arm");
 }
 
@@ -144,6 +174,10 @@ HG_INLINE T binary_fn(T x, T y, T alpha) {
   else if constexpr (Op == BinaryOp::TanhBackward) return x * (T(1) - y * y);
   else if constexpr (Op == BinaryOp::GeluBackward) return x * gelu_grad(y);
   else if constexpr (Op == BinaryOp::GeluTanhBackward) return x * gelu_tanh_grad(y);
+  else if constexpr (Op == BinaryOp::HardswishBackward) return hardswish_backward(x, y);
+  else if constexpr (Op == BinaryOp::HardsigmoidBackward) return hardsigmoid_backward(x, y);
+  else if constexpr (Op == BinaryOp::Relu6Backward) return relu6_backward(x, y);
+  else if constexpr (Op == BinaryOp::Prelu) return x > T(0) ? x : y * x;
   else if constexpr (Op == BinaryOp::Remainder) return remainder_(x, y);
   else if constexpr (Op == BinaryOp::Fmod) return fmod_(x, y);
   else static_assert(kNoArmFor<Op>, "binary_fn: this arithmetic BinaryOp has no arm");
@@ -166,14 +200,16 @@ HG_INLINE bool compare_fn(T x, T y) {
 constexpr bool binary_needs_float(kernels::BinaryOp op) {
   using kernels::BinaryOp;
   return op == BinaryOp::Div || op == BinaryOp::Pow || op == BinaryOp::SigmoidBackward ||
-         op == BinaryOp::TanhBackward || op == BinaryOp::GeluBackward || op == BinaryOp::GeluTanhBackward;
+         op == BinaryOp::TanhBackward || op == BinaryOp::GeluBackward || op == BinaryOp::GeluTanhBackward ||
+         op == BinaryOp::HardswishBackward || op == BinaryOp::HardsigmoidBackward || op == BinaryOp::Relu6Backward ||
+         op == BinaryOp::Prelu;
 }
 
 // Which ops are defined for integer tensors (the rest need floats).
 constexpr bool unary_supports_int(kernels::UnaryOp op) {
   using kernels::UnaryOp;
   return op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Relu || op == UnaryOp::Sign ||
-         op == UnaryOp::Clamp || op == UnaryOp::PowScalar;
+         op == UnaryOp::Clamp || op == UnaryOp::PowScalar || op == UnaryOp::Relu6;
 }
 
 }  // namespace halfgrad::math
@@ -185,7 +221,8 @@ constexpr bool unary_supports_int(kernels::UnaryOp op) {
     HG_UNARY_CASE(Neg, F) HG_UNARY_CASE(Exp, F) HG_UNARY_CASE(Log, F) HG_UNARY_CASE(Sqrt, F)          \
     HG_UNARY_CASE(Abs, F) HG_UNARY_CASE(Relu, F) HG_UNARY_CASE(Gelu, F) HG_UNARY_CASE(Sigmoid, F)     \
     HG_UNARY_CASE(Tanh, F) HG_UNARY_CASE(Clamp, F) HG_UNARY_CASE(PowScalar, F)                        \
-    HG_UNARY_CASE(Sign, F) HG_UNARY_CASE(GeluTanh, F)                                                 \
+    HG_UNARY_CASE(Sign, F) HG_UNARY_CASE(GeluTanh, F) HG_UNARY_CASE(Hardswish, F)                      \
+    HG_UNARY_CASE(Hardsigmoid, F) HG_UNARY_CASE(Relu6, F)                                              \
   }
 // Both binary switches name every BinaryOp (no default:), so -Werror=switch
 // makes a new op that is in neither list a compile error.
@@ -194,7 +231,8 @@ constexpr bool unary_supports_int(kernels::UnaryOp op) {
 #define HG_ARITH_OPS_SKIPPED                                                                             \
   HG_BOP(Add) HG_BOP(Sub) HG_BOP(Mul) HG_BOP(Div) HG_BOP(Pow) HG_BOP(Maximum) HG_BOP(Minimum)            \
   HG_BOP(ReluBackward) HG_BOP(SigmoidBackward) HG_BOP(TanhBackward) HG_BOP(GeluBackward)                 \
-  HG_BOP(GeluTanhBackward) HG_BOP(Remainder) HG_BOP(Fmod) break;
+  HG_BOP(GeluTanhBackward) HG_BOP(HardswishBackward) HG_BOP(HardsigmoidBackward) HG_BOP(Relu6Backward)    \
+  HG_BOP(Prelu) HG_BOP(Remainder) HG_BOP(Fmod) break;
 #define HG_BINARY_CASE(X, F) case ::halfgrad::kernels::BinaryOp::X: return F.template operator()<::halfgrad::kernels::BinaryOp::X>();
 #define HG_ARITH_OP_SWITCH(op, F)                                                                        \
   switch (op) {                                                                                        \
@@ -202,6 +240,8 @@ constexpr bool unary_supports_int(kernels::UnaryOp op) {
     HG_BINARY_CASE(Pow, F) HG_BINARY_CASE(Maximum, F) HG_BINARY_CASE(Minimum, F)                      \
     HG_BINARY_CASE(ReluBackward, F) HG_BINARY_CASE(SigmoidBackward, F) HG_BINARY_CASE(TanhBackward, F) \
     HG_BINARY_CASE(GeluBackward, F) HG_BINARY_CASE(GeluTanhBackward, F)                               \
+    HG_BINARY_CASE(HardswishBackward, F) HG_BINARY_CASE(HardsigmoidBackward, F)                       \
+    HG_BINARY_CASE(Relu6Backward, F) HG_BINARY_CASE(Prelu, F)                                         \
     HG_BINARY_CASE(Remainder, F) HG_BINARY_CASE(Fmod, F)                                               \
     HG_COMPARE_OPS_SKIPPED                                                                             \
   }

@@ -86,6 +86,21 @@ Tensor relu(const Tensor& a);
 Tensor gelu(const Tensor& a, std::string_view approximate = "none");
 Tensor sigmoid(const Tensor& a);
 Tensor tanh(const Tensor& a);
+// MobileNetV3's activations, as PyTorch (NaN propagates; int64 only for relu6):
+//   hardswish(x) = x * relu6(x + 3) / 6, hardsigmoid(x) = relu6(x + 3) / 6,
+//   relu6(x) = min(max(x, 0), 6).
+// Gradients at the kinks as PyTorch's scalar CPU and CUDA kernels: hardswish'
+// is 0 below -3, x / 3 + 0.5 on [-3, 3] (so -0.5 at -3 and 1.5 at 3), 1 above;
+// hardsigmoid' is 1/6 on (-3, 3), else 0; relu6' is 1 on (0, 6), else 0 (a NaN
+// input passes the gradient through relu6 and hardswish, 0 for hardsigmoid).
+Tensor hardswish(const Tensor& a);
+Tensor hardsigmoid(const Tensor& a);
+Tensor relu6(const Tensor& a);
+// x > 0 ? x : weight * x, weight a scalar (0-d or [1]) or [C] with C = x.shape[1]
+// (a 0-d or 1-d x has one channel, as PyTorch). Both floating, one dtype (autocast
+// runs it in lower precision, as PyTorch 2's autocast lists). The weight's
+// gradient sums over every dim but the channel dim.
+Tensor prelu(const Tensor& x, const Tensor& weight);
 Tensor clamp(const Tensor& a, std::optional<double> min, std::optional<double> max);
 // Tensor bounds (broadcasting, dtypes promote): minimum(maximum(x, min), max),
 // so min > max gives max; a NaN in x or a bound gives NaN. The gradient goes to
