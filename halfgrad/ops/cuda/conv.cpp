@@ -18,8 +18,10 @@
 //
 // Layouts: a tensor may be dense NC* (contiguous) or channels-last; its
 // canonical strides go into the descriptor as they are. 1-d convolutions run
-// as 2-d ones with a leading spatial dim of size 1 (as PyTorch does). A mix of
-// layouts that no engine takes runs on contiguous copies.
+// as 2-d ones with a leading spatial dim of size 1 (as PyTorch does). Where no
+// engine takes a problem as it is: asymmetric padding becomes explicit zeros
+// around a copy (cuDNN then sees symmetric padding), and channels-last, mixed
+// or misaligned tensors run on contiguous, 16-byte aligned copies.
 #include <cudnn.h>
 
 #include <algorithm>
@@ -50,7 +52,7 @@ namespace {
 using cuda::DeviceGuard;
 using cuda::RelaxedCaptureMode;
 
-std::atomic<uint64_t> g_built{0}, g_hits{0}, g_blended{0}, g_added{0}, g_layout_copies{0};
+std::atomic<uint64_t> g_built{0}, g_hits{0}, g_blended{0}, g_added{0}, g_layout_copies{0}, g_padded{0};
 
 enum class Kind : uint8_t { Forward, BackwardData, BackwardFilter };
 
@@ -568,9 +570,18 @@ Tensor contiguous_copy(const Tensor& t) {
   return c;
 }
 
+const Tensor& output_of(Kind kind, const Tensor& X, const Tensor& W, const Tensor& Y) {
+  return kind == Kind::Forward ? Y : kind == Kind::BackwardData ? X : W;
+}
+
+bool run_padded(Kind kind, const Tensor& X, const Tensor& W, const Tensor& Y, const kernels::ConvGeometry& g,
+                double beta, bool must);
+
 // Runs the problem (kind, X, W, Y as in Problem) into the output; true if an
-// engine took it. A mix of layouts with no engine reruns on contiguous copies.
-// `beta`: 1 blends into the output (its plan may not exist: then false).
+// engine took it (else an Error when `must`). `beta`: 1 blends into the
+// output (the forward's bias). Where no engine takes the problem as it is, it
+// reruns with explicit padding (asymmetric padding) or on contiguous, aligned
+// copies (channels-last, mixed layouts, offset views), each at most once.
 bool run(Kind kind, const Tensor& X, const Tensor& W, const Tensor& Y, const kernels::ConvGeometry& g, double beta,
          bool must) {
   const char* op = kind_name(kind);
@@ -592,23 +603,63 @@ bool run(Kind kind, const Tensor& X, const Tensor& W, const Tensor& Y, const ker
     execute(p, *plan, ds);
     return true;
   }
-  const bool mixed = p.x.layout != p.w.layout || p.x.layout != p.y.layout;
-  const bool all_contiguous = p.x.layout == Layout::Contiguous && p.w.layout == Layout::Contiguous &&
-                              p.y.layout == Layout::Contiguous;
-  if (mixed || !all_contiguous) {
-    // No engine for these layouts: run on contiguous copies (what the other
-    // layout costs: a copy of each tensor not already contiguous).
+  // No engine took the problem as it is. Two fallbacks, each tried once down
+  // the recursion (what they cost: copies of the tensors involved).
+  bool asymmetric = false;
+  for (int i = 0; i < g.nd; ++i) asymmetric = asymmetric || g.pad_before[i] != g.pad_after[i];
+  if (asymmetric) return run_padded(kind, X, W, Y, g, beta, must);
+  bool canonical = true;
+  for (const View* v : {&p.x, &p.w, &p.y}) canonical = canonical && v->layout == Layout::Contiguous && v->align == 16;
+  if (!canonical) {
+    // Contiguous, 16-byte aligned copies (one layout for all three tensors):
+    // inputs copied in, the output written to a fresh tensor and copied back
+    // (the forward's output also copied in when beta blends it).
     g_layout_copies.fetch_add(1, std::memory_order_relaxed);
-    auto dense = [](const Tensor& t) { return has_layout(t, Layout::Contiguous) ? t : contiguous_copy(t); };
-    const Tensor x2 = dense(X), w2 = dense(W), y2 = dense(Y);  // the output too: beta may read it
+    const Tensor& out = output_of(kind, X, W, Y);
+    auto canon = [&](const Tensor& t, const View& v) {
+      if (v.layout == Layout::Contiguous && v.align == 16) return t;
+      if (&t == &out && !(kind == Kind::Forward && beta != 0)) return make_tensor(t.shape(), t.options());
+      return contiguous_copy(t);
+    };
+    const Tensor x2 = canon(X, p.x), w2 = canon(W, p.w), y2 = canon(Y, p.y);
     if (!run(kind, x2, w2, y2, g, beta, must)) return false;
-    const Tensor& out = kind == Kind::Forward ? Y : kind == Kind::BackwardData ? X : W;
-    const Tensor& out2 = kind == Kind::Forward ? y2 : kind == Kind::BackwardData ? x2 : w2;
+    const Tensor& out2 = output_of(kind, x2, w2, y2);
     if (out2.data_ptr() != out.data_ptr()) copy(out, out2);
     return true;
   }
   if (must) no_engine(p, *plan);
   return false;
+}
+
+// Asymmetric padding that no engine takes: the padding beyond the symmetric
+// part, min(before, after), becomes explicit zeros around a contiguous copy of
+// x (forward, backward weight), or around a larger dx that the result is cut
+// from (backward data), and cuDNN sees symmetric padding only (what PyTorch
+// does for its asymmetric "same" padding).
+bool run_padded(Kind kind, const Tensor& X, const Tensor& W, const Tensor& Y, const kernels::ConvGeometry& g,
+                double beta, bool must) {
+  g_padded.fetch_add(1, std::memory_order_relaxed);
+  kernels::ConvGeometry g2 = g;
+  Shape big = X.shape();
+  int64_t offset = 0;
+  Shape strides(big.size());
+  for (int i = 0; i < g.nd; ++i) {
+    const int64_t sym = std::min(g.pad_before[i], g.pad_after[i]);
+    big[2 + i] += g.pad_before[i] + g.pad_after[i] - 2 * sym;
+    g2.pad_before[i] = g2.pad_after[i] = sym;
+  }
+  Tensor xp = make_tensor(big, X.options());  // contiguous
+  for (int i = 0; i < g.nd; ++i)
+    offset += (g.pad_before[i] - std::min(g.pad_before[i], g.pad_after[i])) * xp.strides()[2 + i];
+  const Tensor interior = alias_with(xp, X.shape(), xp.strides(), xp.offset() + offset);
+  if (kind == Kind::BackwardData) {
+    if (!run(kind, xp, W, Y, g2, beta, must)) return false;
+    copy(X, interior);
+    return true;
+  }
+  fill(xp, 0.0);
+  copy(interior, X);
+  return run(kind, xp, W, Y, g2, beta, must);
 }
 
 bool any_empty(std::initializer_list<const Tensor*> ts) {
@@ -708,11 +759,12 @@ ConvPlanCounts conv_plan_counts() {
   c.bias_blended = g_blended.load(std::memory_order_relaxed);
   c.bias_added = g_added.load(std::memory_order_relaxed);
   c.layout_copies = g_layout_copies.load(std::memory_order_relaxed);
+  c.explicit_padding = g_padded.load(std::memory_order_relaxed);
   return c;
 }
 
 void reset_conv_plan_counts() {
-  for (auto* c : {&g_built, &g_hits, &g_blended, &g_added, &g_layout_copies}) c->store(0, std::memory_order_relaxed);
+  for (auto* c : {&g_built, &g_hits, &g_blended, &g_added, &g_layout_copies, &g_padded}) c->store(0, std::memory_order_relaxed);
 }
 
 }  // namespace halfgrad::cuda_ops

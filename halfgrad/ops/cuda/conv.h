@@ -14,7 +14,8 @@ struct ConvPlanCounts {
   uint64_t hits = 0;
   uint64_t bias_blended = 0;   // forward calls whose bias rode in cuDNN's beta = 1 (one rounding)
   uint64_t bias_added = 0;     // forward calls that added the bias in a separate pass
-  uint64_t layout_copies = 0;  // calls that had to copy mixed-layout tensors to contiguous first
+  uint64_t layout_copies = 0;  // runs that no engine took in their layouts: redone on contiguous aligned copies
+  uint64_t explicit_padding = 0;  // runs whose asymmetric padding no engine took: redone with explicit zeros
 };
 ConvPlanCounts conv_plan_counts();
 void reset_conv_plan_counts();  // the counters only; the cached plans stay
