@@ -262,7 +262,11 @@ void check_problem(const Problem& p, DType dt, Layout l, bool with_bias) {
 
   // backward weight (+ bias)
   const Tensor dw = nan_output(p.w_shape(), dt, weight_layout(l));
-  const Tensor db = with_bias ? hg::full({p.cout}, kNaN, TensorOptions(dt, kCuda)) : Tensor();
+  // db: a strided view (every other element) in the offset layout, dense otherwise
+  Tensor db;
+  if (with_bias)
+    db = l == Layout::Offset ? hg::full({2 * p.cout}, kNaN, TensorOptions(dt, kCuda)).slice(0, 0, 2 * p.cout, 2)
+                             : hg::full({p.cout}, kNaN, TensorOptions(dt, kCuda));
   cops::conv_backward_weight(on_device(dy, l), on_device(x, l), p.g, dw, db);
   HG_CHECK_CLOSE_TOL(dw.contiguous().cpu(), ref_backward_weight(p, dyv, xv), tolerance(dt));
   if (with_bias) HG_CHECK_CLOSE_TOL(db.cpu(), ref_bias_grad(p, dyv), tolerance(dt));

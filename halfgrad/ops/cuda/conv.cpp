@@ -700,8 +700,9 @@ void conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const ke
   // float32 (float64), rounded once. Where no engine blends, the convolution
   // runs alone and a separate pass adds the bias (two roundings for the half
   // types, as PyTorch's cudnn path, which always adds the bias afterwards).
-  // Whether an engine blends is known only from the plan; y is written only
-  // after it, so a blended plan found cheaply in the cache costs one fill pass.
+  // Blending costs one pass that writes the bias into y (the same as the
+  // separate add would cost); a shape with no blending engine is found out
+  // once (the plan cache keeps "none") and pays both passes.
   const Tensor b = bias_as(bias, y);
   copy(y, b);
   if (run(Kind::Forward, x, w, y, g, 1.0, false)) {
@@ -738,10 +739,13 @@ void conv_backward_weight(const Tensor& dy, const Tensor& x, const kernels::Conv
       // db as dy's shape with 1 everywhere but C.
       std::vector<int64_t> dims{0};
       for (int64_t d = 2; d < dy.dim(); ++d) dims.push_back(d);
+      // (the reduction writes a contiguous output: a strided db gets a copy)
+      const Tensor sum = db.is_contiguous() ? db : make_tensor(db.shape(), db.options());
       Shape shape(dy.dim(), 1), strides(dy.dim(), 0);
-      shape[1] = db.shape()[0];
-      strides[1] = db.strides()[0];
-      cuda_ops::reduce(kernels::ReduceOp::Sum, dy, dims, alias_with(db, shape, strides, db.offset()));
+      shape[1] = sum.shape()[0];
+      strides[1] = 1;
+      cuda_ops::reduce(kernels::ReduceOp::Sum, dy, dims, alias_with(sum, shape, strides, sum.offset()));
+      if (sum.data_ptr() != db.data_ptr()) copy(db, sum);
     }
   }
   if (dw.numel() == 0) return;
