@@ -253,6 +253,7 @@ struct Problem {
   View x, w, y;
   kernels::ConvGeometry g;
   double beta = 0;  // 1: blend into what the output holds (the forward's bias)
+  bool tf32 = false;  // float32 may use TF32 tensor cores (cudnn_allow_tf32(), read once per call)
   DType dtype() const { return x.t.dtype(); }
   int device() const { return x.t.device().index(); }
   std::string describe() const {
@@ -280,8 +281,7 @@ using Key = std::vector<int64_t>;
 Key make_key(const Problem& p) {
   Key k;
   k.reserve(64);
-  const bool tf32 = p.dtype() == DType::Float32 && cudnn_allow_tf32();
-  k.insert(k.end(), {static_cast<int64_t>(p.kind), static_cast<int64_t>(p.dtype()), p.device(), tf32 ? 1 : 0,
+  k.insert(k.end(), {static_cast<int64_t>(p.kind), static_cast<int64_t>(p.dtype()), p.device(), p.tf32 ? 1 : 0,
                      p.beta != 0 ? 1 : 0, p.x.rank});
   for (const View* v : {&p.x, &p.w, &p.y}) {
     k.insert(k.end(), v->dims, v->dims + v->rank);
@@ -313,7 +313,7 @@ std::string status_str(cudnnStatus_t st) {
 // float32 unless TF32 is allowed (PyTorch's filter for allow_tf32 = False),
 // inputs converted down to a narrower type (PyTorch filters these always), and
 // reductions in less than float32 (the contract: products accumulate in float32).
-bool rejected(cudnnBackendDescriptor_t cfg, DType dtype, const std::string& context) {
+bool rejected(cudnnBackendDescriptor_t cfg, DType dtype, bool tf32_ok, const std::string& context) {
   Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR, context);
   int64_t n = 0;
   if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n,
@@ -324,7 +324,6 @@ bool rejected(cudnnBackendDescriptor_t cfg, DType dtype, const std::string& cont
   if (cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
                                CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes) != CUDNN_STATUS_SUCCESS)
     return true;
-  const bool tf32_ok = cudnn_allow_tf32();
   for (int64_t i = 0; i < std::min<int64_t>(n, CUDNN_NUMERICAL_NOTE_TYPE_COUNT); ++i) {
     switch (notes[i]) {
       case CUDNN_NUMERICAL_NOTE_TENSOR_CORE:
@@ -454,7 +453,7 @@ std::shared_ptr<Plan> build_plan(const Problem& p, cudnnHandle_t handle) {
     }
     int filtered = 0;
     for (int64_t i = 0; i < std::min(got, count); ++i) {
-      if (rejected(raw[i], p.dtype(), context)) {
+      if (rejected(raw[i], p.dtype(), p.tf32, context)) {
         ++filtered;
         continue;
       }
@@ -593,7 +592,8 @@ bool run(Kind kind, const Tensor& X, const Tensor& W, const Tensor& Y, const ker
            "{}: x {}, w {} and y {} do not fit groups = {}", op, X.describe(), W.describe(), Y.describe(), g.groups);
   const Tensor& activation = kind == Kind::BackwardData ? Y : X;  // the tensor whose layout the others follow
   const Layout pref = has_layout(activation, Layout::Contiguous) ? Layout::Contiguous : Layout::ChannelsLast;
-  Problem p{kind, make_view(X, pref, op, "x"), make_view(W, pref, op, "w"), make_view(Y, pref, op, "y"), g, beta};
+  Problem p{kind, make_view(X, pref, op, "x"), make_view(W, pref, op, "w"), make_view(Y, pref, op, "y"), g, beta,
+            X.dtype() == DType::Float32 && cudnn_allow_tf32()};
 
   const int device = X.device().index();
   DeviceGuard guard(device);
