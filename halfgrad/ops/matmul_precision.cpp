@@ -1,4 +1,5 @@
-// The float32 matmul precision setting (torch.set_float32_matmul_precision).
+// The float32 matmul precision setting (torch.set_float32_matmul_precision) and
+// cuDNN's TF32 switch (torch.backends.cudnn.allow_tf32).
 #include <atomic>
 
 #include <halfgrad/ops/ops.h>
@@ -8,6 +9,7 @@ namespace halfgrad {
 namespace {
 // 0: highest (exact float32), 1: high, 2: medium
 std::atomic<int> g_precision{0};
+std::atomic<bool> g_cudnn_tf32{true};  // PyTorch's default
 }  // namespace
 
 void set_float32_matmul_precision(std::string_view precision) {
@@ -28,5 +30,8 @@ std::string get_float32_matmul_precision() {
 }
 
 bool float32_matmul_allows_tf32() { return g_precision.load(std::memory_order_relaxed) != 0; }
+
+void set_cudnn_allow_tf32(bool allow) { g_cudnn_tf32.store(allow, std::memory_order_relaxed); }
+bool cudnn_allow_tf32() { return g_cudnn_tf32.load(std::memory_order_relaxed); }
 
 }  // namespace halfgrad

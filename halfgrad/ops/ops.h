@@ -202,6 +202,13 @@ Tensor linear_chain(const Tensor& x, const std::vector<Tensor>& weights, const s
 void set_float32_matmul_precision(std::string_view precision);
 std::string get_float32_matmul_precision();
 bool float32_matmul_allows_tf32();
+// PyTorch's torch.backends.cudnn.allow_tf32 (default true): whether float32
+// convolutions on CUDA may run on TF32 tensor cores (~1e-3 relative error).
+// false: only cuDNN engines without tensor cores for float32 (exact float32
+// products). Process-wide; read when a convolution's engine is chosen (the
+// choice is cached per setting). The half types always use tensor cores.
+void set_cudnn_allow_tf32(bool allow);
+bool cudnn_allow_tf32();
 
 // ---- activations and losses (torch.nn.functional) ----------------------------------
 // Reduction and the loss options (CrossEntropyOptions, ...): ops/loss_options.h.
