@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -253,17 +254,35 @@ dnnl::stream& stream() {
   return s;
 }
 
+// Memory formats: Plain runs oneDNN on our NC* / OI* tensors as they are
+// (for most shapes its im2col + GEMM kernel); Any lets oneDNN pick its
+// blocked formats (nChw16c, ...) and its direct JIT kernels, with reorders
+// from and to our tensors around every call. HALFGRAD_CONV_FORMAT=plain|any
+// overrides the choice (benchmarks, tests).
+enum class Format : uint8_t { Plain, Any };
+
 struct Key {
   Kind kind;
   DType dtype;  // Float32 or BFloat16
   Problem p;
   bool bias;
+  Format format;
   auto operator<=>(const Key&) const = default;
+};
+
+// One argument of a primitive: our plain layout, the primitive's, and the
+// reorder between them when they differ.
+struct Arg {
+  int id = 0;
+  dnnl::memory::desc user, prim;
+  dnnl::reorder reorder;  // user -> prim for inputs, prim -> user for outputs; empty when equal
+  bool output = false;
 };
 
 struct Cached {
   dnnl::primitive prim;
-  dnnl::memory::desc src, wei, dst, bias, scratchpad;
+  std::vector<Arg> args;  // in the order of execute()'s pointers: src, weights, bias, dst
+  dnnl::memory::desc scratchpad;
 };
 
 using dims = dnnl::memory::dims;
@@ -272,64 +291,93 @@ using tag = dnnl::memory::format_tag;
 dims spatial(const Problem& p, const std::array<int64_t, 3>& v) { return dims(v.end() - p.nd, v.end()); }
 
 dnnl::memory::desc activation_md(const Problem& p, int64_t c, const std::array<int64_t, 3>& sp,
-                                 dnnl::memory::data_type dt) {
+                                 dnnl::memory::data_type dt, bool any) {
   dims d{p.n, c};
   for (int64_t v : spatial(p, sp)) d.push_back(v);
   static constexpr tag kTags[] = {tag::ncw, tag::nchw, tag::ncdhw};
-  return dnnl::memory::desc(d, dt, kTags[p.nd - 1]);
+  return dnnl::memory::desc(d, dt, any ? tag::any : kTags[p.nd - 1]);
 }
 
-dnnl::memory::desc weight_md(const Problem& p, dnnl::memory::data_type dt) {
+dnnl::memory::desc weight_md(const Problem& p, dnnl::memory::data_type dt, bool any) {
   dims d;
   if (p.groups > 1) d = {p.groups, p.co / p.groups, p.ci / p.groups};
   else d = {p.co, p.ci};
   for (int64_t v : spatial(p, p.k)) d.push_back(v);
   static constexpr tag kPlain[] = {tag::oiw, tag::oihw, tag::oidhw};
   static constexpr tag kGrouped[] = {tag::goiw, tag::goihw, tag::goidhw};
-  return dnnl::memory::desc(d, dt, p.groups > 1 ? kGrouped[p.nd - 1] : kPlain[p.nd - 1]);
+  return dnnl::memory::desc(d, dt, any ? tag::any : p.groups > 1 ? kGrouped[p.nd - 1] : kPlain[p.nd - 1]);
+}
+
+Arg make_arg(int id, const dnnl::memory::desc& user, const dnnl::memory::desc& prim, bool output) {
+  Arg a;
+  a.id = id;
+  a.user = user;
+  a.prim = prim;
+  a.output = output;
+  if (user != prim) {
+    a.reorder = output ? dnnl::reorder(dnnl::reorder::primitive_desc(engine(), prim, engine(), user))
+                       : dnnl::reorder(dnnl::reorder::primitive_desc(engine(), user, engine(), prim));
+  }
+  return a;
 }
 
 Cached create(const Key& key) {
   const Problem& p = key.p;
   const auto dt = key.dtype == DType::BFloat16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
-  Cached c;
-  c.src = activation_md(p, p.ci, p.in, dt);
-  c.dst = activation_md(p, p.co, p.out, dt);
-  c.wei = weight_md(p, dt);
-  if (key.bias) c.bias = dnnl::memory::desc({p.co}, dt, tag::a);
+  const bool any = key.format == Format::Any;
+  // our layouts
+  const auto src_u = activation_md(p, p.ci, p.in, dt, false), dst_u = activation_md(p, p.co, p.out, dt, false);
+  const auto wei_u = weight_md(p, dt, false);
+  const auto bias_md = key.bias ? dnnl::memory::desc({p.co}, dt, tag::a) : dnnl::memory::desc();
+  // what the primitive is asked for
+  const auto src = any ? activation_md(p, p.ci, p.in, dt, true) : src_u;
+  const auto dst = any ? activation_md(p, p.co, p.out, dt, true) : dst_u;
+  const auto wei = any ? weight_md(p, dt, true) : wei_u;
   dims strides = spatial(p, p.s), dil = spatial(p, p.d), pl = spatial(p, p.pb), pr = spatial(p, p.pa);
   for (auto& v : dil) v -= 1;  // oneDNN counts the gaps: 0 is a dense kernel
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // one scratchpad per thread (gemm.cpp)
   const auto alg = dnnl::algorithm::convolution_direct;
   const auto fwd_desc =
-      key.bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, c.src, c.wei, c.bias, c.dst,
+      key.bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, src, wei, bias_md, dst,
                                                  strides, dil, pl, pr)
-               : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, c.src, c.wei, c.dst,
-                                                 strides, dil, pl, pr);
-  const dnnl::convolution_forward::primitive_desc fwd_pd(fwd_desc, key.kind == Kind::Forward ? attr
-                                                                                                 : dnnl::primitive_attr(),
-                                                         engine());
+               : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, src, wei, dst, strides,
+                                                 dil, pl, pr);
+  const dnnl::convolution_forward::primitive_desc fwd_pd(
+      fwd_desc, key.kind == Kind::Forward ? attr : dnnl::primitive_attr(), engine());
+  Cached c;
   switch (key.kind) {
     case Kind::Forward:
       c.prim = dnnl::convolution_forward(fwd_pd);
       c.scratchpad = fwd_pd.scratchpad_desc();
+      c.args = {make_arg(DNNL_ARG_SRC, src_u, fwd_pd.src_desc(), false),
+                make_arg(DNNL_ARG_WEIGHTS, wei_u, fwd_pd.weights_desc(), false),
+                make_arg(DNNL_ARG_BIAS, bias_md, bias_md, false),
+                make_arg(DNNL_ARG_DST, dst_u, fwd_pd.dst_desc(), true)};
       break;
     case Kind::BackwardData: {
-      const dnnl::convolution_backward_data::desc desc(alg, c.src, c.wei, c.dst, strides, dil, pl, pr);
+      const dnnl::convolution_backward_data::desc desc(alg, src, wei, dst, strides, dil, pl, pr);
       const dnnl::convolution_backward_data::primitive_desc pd(desc, attr, engine(), fwd_pd);
       c.prim = dnnl::convolution_backward_data(pd);
       c.scratchpad = pd.scratchpad_desc();
+      c.args = {make_arg(DNNL_ARG_DIFF_SRC, src_u, pd.diff_src_desc(), true),
+                make_arg(DNNL_ARG_WEIGHTS, wei_u, pd.weights_desc(), false),
+                make_arg(DNNL_ARG_BIAS, dnnl::memory::desc(), dnnl::memory::desc(), false),
+                make_arg(DNNL_ARG_DIFF_DST, dst_u, pd.diff_dst_desc(), false)};
       break;
     }
     case Kind::BackwardWeights: {
-      const auto desc = key.bias ? dnnl::convolution_backward_weights::desc(alg, c.src, c.wei, c.bias, c.dst,
-                                                                            strides, dil, pl, pr)
-                                 : dnnl::convolution_backward_weights::desc(alg, c.src, c.wei, c.dst, strides, dil,
-                                                                            pl, pr);
+      const auto desc = key.bias ? dnnl::convolution_backward_weights::desc(alg, src, wei, bias_md, dst, strides,
+                                                                            dil, pl, pr)
+                                 : dnnl::convolution_backward_weights::desc(alg, src, wei, dst, strides, dil, pl,
+                                                                            pr);
       const dnnl::convolution_backward_weights::primitive_desc pd(desc, attr, engine(), fwd_pd);
       c.prim = dnnl::convolution_backward_weights(pd);
       c.scratchpad = pd.scratchpad_desc();
+      c.args = {make_arg(DNNL_ARG_SRC, src_u, pd.src_desc(), false),
+                make_arg(DNNL_ARG_DIFF_WEIGHTS, wei_u, pd.diff_weights_desc(), true),
+                make_arg(DNNL_ARG_DIFF_BIAS, bias_md, bias_md, true),
+                make_arg(DNNL_ARG_DIFF_DST, dst_u, pd.diff_dst_desc(), false)};
       break;
     }
   }
@@ -378,27 +426,54 @@ struct Scratch {
   }
 };
 
-void execute(const Cached& c, std::initializer_list<std::pair<int, std::pair<const dnnl::memory::desc*, const void*>>>
-                                  args_in) {
+// Runs the cached primitive on our tensors' pointers (src, weights, bias, dst
+// in the forward's roles; nullptr: absent), reordering where its formats differ.
+void execute(const Cached& c, const std::array<const void*, 4>& ptrs) {
   const dnnl::engine& eng = engine();
-  std::vector<dnnl::memory> mems;
-  std::vector<dnnl_exec_arg_t> args;
-  mems.reserve(args_in.size() + 1);
-  for (const auto& [arg, md_ptr] : args_in) {
-    if (!md_ptr.second) continue;
-    mems.emplace_back(*md_ptr.first, eng, const_cast<void*>(md_ptr.second));
-    args.push_back({arg, mems.back().get()});
-  }
-  thread_local Scratch scratch;
-  const size_t bytes = c.scratchpad.get_size();
-  if (bytes > 0) {
-    mems.emplace_back(c.scratchpad, eng, scratch.get(bytes));
-    args.push_back({DNNL_ARG_SCRATCHPAD, mems.back().get()});
-  }
   dnnl::stream& s = stream();
+  thread_local std::array<Scratch, 5> scratch;  // one per reordered argument, and the scratchpad
+  std::array<dnnl::memory, 4> user, prim;
+  std::vector<dnnl_exec_arg_t> args;
+  for (size_t i = 0; i < c.args.size(); ++i) {
+    const Arg& a = c.args[i];
+    if (!ptrs[i] || a.user.is_zero()) continue;
+    user[i] = dnnl::memory(a.user, eng, const_cast<void*>(ptrs[i]));
+    if (a.reorder) {
+      prim[i] = dnnl::memory(a.prim, eng, scratch[i].get(a.prim.get_size()));
+      if (!a.output) a.reorder.execute(s, user[i], prim[i]);
+    } else {
+      prim[i] = user[i];
+    }
+    args.push_back({a.id, prim[i].get()});
+  }
+  dnnl::memory pad;
+  if (const size_t bytes = c.scratchpad.get_size(); bytes > 0) {
+    pad = dnnl::memory(c.scratchpad, eng, scratch[4].get(bytes));
+    args.push_back({DNNL_ARG_SCRATCHPAD, pad.get()});
+  }
   dnnl::error::wrap_c_api(dnnl_primitive_execute(c.prim.get(), s.get(), static_cast<int>(args.size()), args.data()),
                           "could not execute a convolution");
+  for (size_t i = 0; i < c.args.size(); ++i) {
+    if (c.args[i].output && c.args[i].reorder && ptrs[i]) c.args[i].reorder.execute(s, prim[i], user[i]);
+  }
   s.wait();
+}
+
+Format format_for(const Problem& p) {
+  static const int forced = [] {
+    const char* env = std::getenv("HALFGRAD_CONV_FORMAT");
+    if (!env) return -1;
+    return std::string(env) == "any" ? 1 : std::string(env) == "plain" ? 0 : -1;
+  }();
+  if (forced >= 0) return forced ? Format::Any : Format::Plain;
+  // Measured on MobileNetV3-small's layers (benchmarks/cpu_conv.cpp): with
+  // plain formats oneDNN 2.6 runs every conv as im2col + GEMM, 3-6x slower
+  // than its blocked direct kernels for depthwise and k x k convolutions even
+  // with the reorders; a 1x1 stride-1 conv is a plain GEMM already, and the
+  // reorders would only add to it.
+  bool pointwise = p.groups == 1 && p.kvol() == 1;
+  for (int i = 0; i < 3; ++i) pointwise = pointwise && p.s[i] == 1 && p.pb[i] == 0 && p.pa[i] == 0;
+  return pointwise ? Format::Plain : Format::Any;
 }
 
 // Whether oneDNN runs bf16 convolutions on this CPU (oneDNN 2.6 needs AVX-512 for them).
@@ -406,7 +481,7 @@ bool has_bf16() {
   static const bool ok = [] {
     Problem p;
     p.n = 1, p.ci = 1, p.co = 1, p.in = {1, 1, 2}, p.out = {1, 1, 2};
-    return get({Kind::Forward, DType::BFloat16, p, false}) != nullptr;
+    return get({Kind::Forward, DType::BFloat16, p, false, Format::Plain}) != nullptr;
   }();
   return ok;
 }
@@ -426,27 +501,9 @@ Tensor f32_like(const Tensor& t) {
 // oneDNN declines (then the caller runs the direct loop).
 bool onednn_native(Kind kind, const Problem& p, DType dt, const void* src, const void* wei, const void* bias,
                    const void* dst) {
-  const auto c = get({kind, dt, p, bias != nullptr});
+  const auto c = get({kind, dt, p, bias != nullptr, format_for(p)});
   if (!c) return false;
-  switch (kind) {
-    case Kind::Forward:
-      execute(*c, {{DNNL_ARG_SRC, {&c->src, src}},
-                   {DNNL_ARG_WEIGHTS, {&c->wei, wei}},
-                   {DNNL_ARG_BIAS, {&c->bias, bias}},
-                   {DNNL_ARG_DST, {&c->dst, dst}}});
-      break;
-    case Kind::BackwardData:
-      execute(*c, {{DNNL_ARG_DIFF_DST, {&c->dst, dst}},
-                   {DNNL_ARG_WEIGHTS, {&c->wei, wei}},
-                   {DNNL_ARG_DIFF_SRC, {&c->src, src}}});
-      break;
-    case Kind::BackwardWeights:
-      execute(*c, {{DNNL_ARG_SRC, {&c->src, src}},
-                   {DNNL_ARG_DIFF_DST, {&c->dst, dst}},
-                   {DNNL_ARG_DIFF_WEIGHTS, {&c->wei, wei}},
-                   {DNNL_ARG_DIFF_BIAS, {&c->bias, bias}}});
-      break;
-  }
+  execute(*c, {src, wei, bias, dst});
   return true;
 }
 
