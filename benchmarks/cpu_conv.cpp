@@ -15,6 +15,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -66,33 +67,43 @@ Times time_halfgrad(const std::vector<Shape>& shapes, bool amp, int steps, int b
   if (pid == 0) {
     close(fd[0]);
     hg::manual_seed(0);
-    std::vector<double> flat;
+    // Build every layer first, then time step by step across the layers, so
+    // a burst of load from elsewhere on the machine hits all shapes alike.
+    struct Layer {
+      std::unique_ptr<hg::nn::Conv2d> conv;
+      hg::Tensor x, g;
+    };
+    std::vector<Layer> layers;
     for (const Shape& s : shapes) {
-      hg::nn::Conv2d conv(s.cin, s.cout, s.k, s.stride, s.pad, 1, s.groups, s.bias != 0);
-      hg::Tensor x = hg::randn({batch, s.cin, s.h, s.w});
-      if (s.cin != 3) x.requires_grad_(true);  // the stem's input needs no gradient
-      hg::Tensor g;
+      Layer l;
+      l.conv = std::make_unique<hg::nn::Conv2d>(s.cin, s.cout, s.k, s.stride, s.pad, 1, s.groups, s.bias != 0);
+      l.x = hg::randn({batch, s.cin, s.h, s.w});
+      if (s.cin != 3) l.x.requires_grad_(true);  // the stem's input needs no gradient
+      hg::NoGradGuard ng;
+      hg::amp::autocast region(hg::DeviceType::CPU, hg::bfloat16, amp);
+      const hg::Tensor y = (*l.conv)(l.x);
+      l.g = hg::randn(y.shape()).to(y.dtype());
+      layers.push_back(std::move(l));
+    }
+    auto step = [&](Layer& l) {
+      l.conv->zero_grad(true);
+      if (l.x.requires_grad()) l.x.set_grad(hg::Tensor());
+      hg::Tensor y;
       {
-        hg::NoGradGuard ng;
         hg::amp::autocast region(hg::DeviceType::CPU, hg::bfloat16, amp);
-        const hg::Tensor y = conv(x);
-        g = hg::randn(y.shape()).to(y.dtype());
+        y = (*l.conv)(l.x);
       }
-      auto step = [&] {
-        conv.zero_grad(true);
-        if (x.requires_grad()) x.set_grad(hg::Tensor());
-        hg::Tensor y;
-        {
-          hg::amp::autocast region(hg::DeviceType::CPU, hg::bfloat16, amp);
-          y = conv(x);
-        }
-        y.backward(g);
-      };
-      for (int i = 0; i < 2; ++i) step();
-      for (int i = 0; i < steps; ++i) {
+      y.backward(l.g);
+    };
+    for (int i = 0; i < 2; ++i)
+      for (Layer& l : layers) step(l);
+    std::vector<double> flat(shapes.size() * static_cast<size_t>(steps));
+    for (int i = 0; i < steps; ++i) {
+      for (size_t j = 0; j < layers.size(); ++j) {
         const auto t0 = std::chrono::steady_clock::now();
-        step();
-        flat.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        step(layers[j]);
+        flat[j * static_cast<size_t>(steps) + static_cast<size_t>(i)] =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       }
     }
     const ssize_t want = static_cast<ssize_t>(flat.size() * sizeof(double));
