@@ -37,6 +37,14 @@ using halfgrad::mse_loss;
 using halfgrad::nll_loss;
 using halfgrad::smooth_l1_loss;
 
+// convolutions (ops/conv_ops.h)
+using halfgrad::conv1d;
+using halfgrad::conv2d;
+using halfgrad::conv3d;
+using halfgrad::conv_transpose1d;
+using halfgrad::conv_transpose2d;
+using halfgrad::conv_transpose3d;
+
 // options
 using halfgrad::BCEWithLogitsOptions;
 using halfgrad::BinaryCrossEntropyOptions;

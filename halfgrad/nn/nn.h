@@ -1,6 +1,7 @@
 #pragma once
 // halfgrad::nn: modules, layers, losses and initialisers.
 #include <halfgrad/nn/activation.h>
+#include <halfgrad/nn/conv.h>
 #include <halfgrad/nn/dropout.h>
 #include <halfgrad/nn/flatten.h>
 #include <halfgrad/nn/functional.h>

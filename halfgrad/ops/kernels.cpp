@@ -147,6 +147,19 @@ int64_t linear_chain_lowest(const Tensor& dx, const std::vector<Tensor>& dw, con
   return layers;
 }
 
+void conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const ConvGeometry& g, const Tensor& y) {
+  HG_BACKEND(x, cpu::conv_forward(x, w, bias, g, y), cuda_ops::conv_forward(x, w, bias, g, y));
+}
+
+void conv_backward_data(const Tensor& dy, const Tensor& w, const ConvGeometry& g, const Tensor& dx) {
+  HG_BACKEND(dy, cpu::conv_backward_data(dy, w, g, dx), cuda_ops::conv_backward_data(dy, w, g, dx));
+}
+
+void conv_backward_weight(const Tensor& dy, const Tensor& x, const ConvGeometry& g, const Tensor& dw,
+                          const Tensor& db) {
+  HG_BACKEND(dy, cpu::conv_backward_weight(dy, x, g, dw, db), cuda_ops::conv_backward_weight(dy, x, g, dw, db));
+}
+
 void softmax(const Tensor& in, const Tensor& out, bool log) {
   HG_BACKEND(in, cpu::softmax(in, out, log), cuda_ops::softmax(in, out, log));
 }

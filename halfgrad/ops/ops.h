@@ -256,3 +256,5 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
 #include <halfgrad/ops/indexing_ops.h>
 // The operators (+ - * / == < += ...) on tensors.
 #include <halfgrad/ops/operators.h>
+// conv1d ... conv_transpose3d.
+#include <halfgrad/ops/conv_ops.h>

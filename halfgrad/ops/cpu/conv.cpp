@@ -1,0 +1,602 @@
+// CPU convolutions: oneDNN 2.6's convolution primitives (plain NC* / OI*
+// formats, cached per problem) and a portable direct loop (ops/cpu/conv.h).
+#include <halfgrad/ops/cpu/conv.h>
+
+#if HALFGRAD_WITH_ONEDNN
+#include <dnnl.hpp>
+#endif
+
+#include <algorithm>
+#include <array>
+#include <compare>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <halfgrad/core/error.h>
+#include <halfgrad/ops/cpu/cpu_kernels.h>
+
+namespace halfgrad::cpu {
+namespace {
+
+constexpr int64_t kParallelWork = 1 << 15;
+
+template <typename T>
+using conv_acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+// One convolution problem, every spatial dim padded to 3 (size 1, kernel 1,
+// stride 1, no padding for the dims the problem does not have).
+struct Problem {
+  int nd = 2;
+  int64_t n = 0, ci = 0, co = 0, groups = 1;
+  std::array<int64_t, 3> in{1, 1, 1}, k{1, 1, 1}, out{1, 1, 1};
+  std::array<int64_t, 3> s{1, 1, 1}, d{1, 1, 1}, pb{0, 0, 0}, pa{0, 0, 0};
+  auto operator<=>(const Problem&) const = default;
+
+  int64_t in_plane() const { return in[0] * in[1] * in[2]; }
+  int64_t out_plane() const { return out[0] * out[1] * out[2]; }
+  int64_t kvol() const { return k[0] * k[1] * k[2]; }
+};
+
+// x [N, C_in, *in], w [C_out, C_in / groups, *k], y [N, C_out, *out].
+Problem make_problem(const Tensor& x, const Tensor& w, const Tensor& y, const kernels::ConvGeometry& g) {
+  Problem p;
+  p.nd = g.nd;
+  p.n = x.shape()[0];
+  p.ci = x.shape()[1];
+  p.co = w.shape()[0];
+  p.groups = g.groups;
+  const int off = 3 - g.nd;  // spatial dims sit at the end (D, H, W)
+  for (int i = 0; i < g.nd; ++i) {
+    p.in[off + i] = x.shape()[2 + i];
+    p.k[off + i] = w.shape()[2 + i];
+    p.out[off + i] = y.shape()[2 + i];
+    p.s[off + i] = g.stride[i];
+    p.d[off + i] = g.dilation[i];
+    p.pb[off + i] = g.pad_before[i];
+    p.pa[off + i] = g.pad_after[i];
+  }
+  return p;
+}
+
+// The outputs o in [lo, hi) whose input o * s + c lies in [0, size).
+inline void valid_range(int64_t c, int64_t s, int64_t size, int64_t n_out, int64_t& lo, int64_t& hi) {
+  lo = c >= 0 ? 0 : (-c + s - 1) / s;
+  hi = size - 1 - c < 0 ? 0 : std::min(n_out, (size - 1 - c) / s + 1);
+  if (hi < lo) hi = lo;
+}
+
+void check_layout(const char* op, std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts) {
+    HG_CHECK(!t->defined() || t->is_contiguous(), "{}: the CPU kernel takes contiguous tensors, got {}", op,
+             t->describe());
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The direct loops
+
+template <typename T>
+void direct_forward(const Problem& p, const T* x, const T* w, const T* b, T* y) {
+  using A = conv_acc_t<T>;
+  const int64_t cig = p.groups ? p.ci / p.groups : 0, cog = p.groups ? p.co / p.groups : 0;
+  const int64_t in_plane = p.in_plane(), out_plane = p.out_plane(), kvol = p.kvol();
+  const int64_t work = p.n * p.co * out_plane * std::max<int64_t>(cig * kvol, 1);
+#pragma omp parallel if (work >= kParallelWork)
+  {
+    std::vector<A> acc(static_cast<size_t>(out_plane));
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t n = 0; n < p.n; ++n) {
+      for (int64_t oc = 0; oc < p.co; ++oc) {
+        const A init = b ? static_cast<A>(b[oc]) : A(0);
+        std::fill(acc.begin(), acc.end(), init);
+        const int64_t grp = oc / cog;
+        for (int64_t icl = 0; icl < cig; ++icl) {
+          const T* xp = x + (n * p.ci + grp * cig + icl) * in_plane;
+          const T* wp = w + (oc * cig + icl) * kvol;
+          for (int64_t kd = 0; kd < p.k[0]; ++kd) {
+            for (int64_t kh = 0; kh < p.k[1]; ++kh) {
+              for (int64_t kw = 0; kw < p.k[2]; ++kw) {
+                const A wv = static_cast<A>(wp[(kd * p.k[1] + kh) * p.k[2] + kw]);
+                const int64_t cw = kw * p.d[2] - p.pb[2];
+                int64_t lo, hi;
+                valid_range(cw, p.s[2], p.in[2], p.out[2], lo, hi);
+                for (int64_t od = 0; od < p.out[0]; ++od) {
+                  const int64_t id = od * p.s[0] - p.pb[0] + kd * p.d[0];
+                  if (id < 0 || id >= p.in[0]) continue;
+                  for (int64_t oh = 0; oh < p.out[1]; ++oh) {
+                    const int64_t ih = oh * p.s[1] - p.pb[1] + kh * p.d[1];
+                    if (ih < 0 || ih >= p.in[1]) continue;
+                    const T* xr = xp + (id * p.in[1] + ih) * p.in[2] + cw;
+                    A* ar = acc.data() + (od * p.out[1] + oh) * p.out[2];
+                    const int64_t sw = p.s[2];
+                    for (int64_t ow = lo; ow < hi; ++ow) ar[ow] += wv * static_cast<A>(xr[ow * sw]);
+                  }
+                }
+              }
+            }
+          }
+        }
+        T* yp = y + (n * p.co + oc) * out_plane;
+        for (int64_t o = 0; o < out_plane; ++o) yp[o] = static_cast<T>(acc[static_cast<size_t>(o)]);
+      }
+    }
+  }
+}
+
+template <typename T>
+void direct_backward_data(const Problem& p, const T* dy, const T* w, T* dx) {
+  using A = conv_acc_t<T>;
+  const int64_t cig = p.groups ? p.ci / p.groups : 0, cog = p.groups ? p.co / p.groups : 0;
+  const int64_t in_plane = p.in_plane(), out_plane = p.out_plane(), kvol = p.kvol();
+  const int64_t work = p.n * p.ci * out_plane * std::max<int64_t>(cog * kvol, 1);
+#pragma omp parallel if (work >= kParallelWork)
+  {
+    std::vector<A> acc(static_cast<size_t>(in_plane));
+#pragma omp for collapse(2) schedule(static)
+    for (int64_t n = 0; n < p.n; ++n) {
+      for (int64_t ic = 0; ic < p.ci; ++ic) {
+        std::fill(acc.begin(), acc.end(), A(0));
+        const int64_t grp = ic / cig, icl = ic % cig;
+        for (int64_t ocl = 0; ocl < cog; ++ocl) {
+          const int64_t oc = grp * cog + ocl;
+          const T* dyp = dy + (n * p.co + oc) * out_plane;
+          const T* wp = w + (oc * cig + icl) * kvol;
+          for (int64_t kd = 0; kd < p.k[0]; ++kd) {
+            for (int64_t kh = 0; kh < p.k[1]; ++kh) {
+              for (int64_t kw = 0; kw < p.k[2]; ++kw) {
+                const A wv = static_cast<A>(wp[(kd * p.k[1] + kh) * p.k[2] + kw]);
+                const int64_t cw = kw * p.d[2] - p.pb[2];
+                int64_t lo, hi;
+                valid_range(cw, p.s[2], p.in[2], p.out[2], lo, hi);
+                for (int64_t od = 0; od < p.out[0]; ++od) {
+                  const int64_t id = od * p.s[0] - p.pb[0] + kd * p.d[0];
+                  if (id < 0 || id >= p.in[0]) continue;
+                  for (int64_t oh = 0; oh < p.out[1]; ++oh) {
+                    const int64_t ih = oh * p.s[1] - p.pb[1] + kh * p.d[1];
+                    if (ih < 0 || ih >= p.in[1]) continue;
+                    A* ar = acc.data() + (id * p.in[1] + ih) * p.in[2] + cw;
+                    const T* gr = dyp + (od * p.out[1] + oh) * p.out[2];
+                    const int64_t sw = p.s[2];
+                    for (int64_t ow = lo; ow < hi; ++ow) ar[ow * sw] += wv * static_cast<A>(gr[ow]);
+                  }
+                }
+              }
+            }
+          }
+        }
+        T* dxp = dx + (n * p.ci + ic) * in_plane;
+        for (int64_t i = 0; i < in_plane; ++i) dxp[i] = static_cast<T>(acc[static_cast<size_t>(i)]);
+      }
+    }
+  }
+}
+
+template <typename T>
+void direct_backward_weight(const Problem& p, const T* dy, const T* x, T* dw, T* db) {
+  using A = conv_acc_t<T>;
+  const int64_t cig = p.groups ? p.ci / p.groups : 0, cog = p.groups ? p.co / p.groups : 0;
+  const int64_t in_plane = p.in_plane(), out_plane = p.out_plane(), kvol = p.kvol();
+  const int64_t work = p.n * p.co * cig * kvol * out_plane;
+#pragma omp parallel for collapse(2) schedule(static) if (work >= kParallelWork)
+  for (int64_t oc = 0; oc < p.co; ++oc) {
+    for (int64_t icl = 0; icl < cig; ++icl) {
+      const int64_t grp = oc / cog;
+      for (int64_t kd = 0; kd < p.k[0]; ++kd) {
+        for (int64_t kh = 0; kh < p.k[1]; ++kh) {
+          for (int64_t kw = 0; kw < p.k[2]; ++kw) {
+            const int64_t cw = kw * p.d[2] - p.pb[2];
+            int64_t lo, hi;
+            valid_range(cw, p.s[2], p.in[2], p.out[2], lo, hi);
+            A acc = 0;
+            for (int64_t n = 0; n < p.n; ++n) {
+              const T* dyp = dy + (n * p.co + oc) * out_plane;
+              const T* xp = x + (n * p.ci + grp * cig + icl) * in_plane;
+              for (int64_t od = 0; od < p.out[0]; ++od) {
+                const int64_t id = od * p.s[0] - p.pb[0] + kd * p.d[0];
+                if (id < 0 || id >= p.in[0]) continue;
+                for (int64_t oh = 0; oh < p.out[1]; ++oh) {
+                  const int64_t ih = oh * p.s[1] - p.pb[1] + kh * p.d[1];
+                  if (ih < 0 || ih >= p.in[1]) continue;
+                  const T* xr = xp + (id * p.in[1] + ih) * p.in[2] + cw;
+                  const T* gr = dyp + (od * p.out[1] + oh) * p.out[2];
+                  const int64_t sw = p.s[2];
+                  for (int64_t ow = lo; ow < hi; ++ow) acc += static_cast<A>(gr[ow]) * static_cast<A>(xr[ow * sw]);
+                }
+              }
+            }
+            dw[(oc * cig + icl) * kvol + (kd * p.k[1] + kh) * p.k[2] + kw] = static_cast<T>(acc);
+          }
+        }
+      }
+    }
+  }
+  if (db) {
+#pragma omp parallel for schedule(static) if (p.n * p.co * out_plane >= kParallelWork)
+    for (int64_t oc = 0; oc < p.co; ++oc) {
+      A acc = 0;
+      for (int64_t n = 0; n < p.n; ++n) {
+        const T* dyp = dy + (n * p.co + oc) * out_plane;
+        for (int64_t o = 0; o < out_plane; ++o) acc += static_cast<A>(dyp[o]);
+      }
+      db[oc] = static_cast<T>(acc);
+    }
+  }
+}
+
+template <typename T>
+const T* ptr(const Tensor& t) {
+  return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
+}
+template <typename T>
+T* mptr(const Tensor& t) {
+  return t.defined() ? static_cast<T*>(t.data_ptr()) : nullptr;
+}
+
+// ---------------------------------------------------------------------------
+// oneDNN
+
+#if HALFGRAD_WITH_ONEDNN
+enum class Kind : uint8_t { Forward, BackwardData, BackwardWeights };
+
+const dnnl::engine& engine() {
+  static const dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+dnnl::stream& stream() {
+  thread_local dnnl::stream s(engine());
+  return s;
+}
+
+// Memory formats: Plain runs oneDNN on our NC* / OI* tensors as they are
+// (for most shapes its im2col + GEMM kernel); Any lets oneDNN pick its
+// blocked formats (nChw16c, ...) and its direct JIT kernels, with reorders
+// from and to our tensors around every call. HALFGRAD_CONV_FORMAT=plain|any
+// overrides the choice (benchmarks, tests).
+enum class Format : uint8_t { Plain, Any };
+
+struct Key {
+  Kind kind;
+  DType dtype;  // Float32 or BFloat16
+  Problem p;
+  bool bias;
+  Format format;
+  auto operator<=>(const Key&) const = default;
+};
+
+// One argument of a primitive: our plain layout, the primitive's, and the
+// reorder between them when they differ.
+struct Arg {
+  int id = 0;
+  dnnl::memory::desc user, prim;
+  dnnl::reorder reorder;  // user -> prim for inputs, prim -> user for outputs; empty when equal
+  bool output = false;
+};
+
+struct Cached {
+  dnnl::primitive prim;
+  std::vector<Arg> args;  // in the order of execute()'s pointers: src, weights, bias, dst
+  dnnl::memory::desc scratchpad;
+};
+
+using dims = dnnl::memory::dims;
+using tag = dnnl::memory::format_tag;
+
+dims spatial(const Problem& p, const std::array<int64_t, 3>& v) { return dims(v.end() - p.nd, v.end()); }
+
+dnnl::memory::desc activation_md(const Problem& p, int64_t c, const std::array<int64_t, 3>& sp,
+                                 dnnl::memory::data_type dt, bool any) {
+  dims d{p.n, c};
+  for (int64_t v : spatial(p, sp)) d.push_back(v);
+  static constexpr tag kTags[] = {tag::ncw, tag::nchw, tag::ncdhw};
+  return dnnl::memory::desc(d, dt, any ? tag::any : kTags[p.nd - 1]);
+}
+
+dnnl::memory::desc weight_md(const Problem& p, dnnl::memory::data_type dt, bool any) {
+  dims d;
+  if (p.groups > 1) d = {p.groups, p.co / p.groups, p.ci / p.groups};
+  else d = {p.co, p.ci};
+  for (int64_t v : spatial(p, p.k)) d.push_back(v);
+  static constexpr tag kPlain[] = {tag::oiw, tag::oihw, tag::oidhw};
+  static constexpr tag kGrouped[] = {tag::goiw, tag::goihw, tag::goidhw};
+  return dnnl::memory::desc(d, dt, any ? tag::any : p.groups > 1 ? kGrouped[p.nd - 1] : kPlain[p.nd - 1]);
+}
+
+Arg make_arg(int id, const dnnl::memory::desc& user, const dnnl::memory::desc& prim, bool output) {
+  Arg a;
+  a.id = id;
+  a.user = user;
+  a.prim = prim;
+  a.output = output;
+  if (user != prim) {
+    a.reorder = output ? dnnl::reorder(dnnl::reorder::primitive_desc(engine(), prim, engine(), user))
+                       : dnnl::reorder(dnnl::reorder::primitive_desc(engine(), user, engine(), prim));
+  }
+  return a;
+}
+
+Cached create(const Key& key) {
+  const Problem& p = key.p;
+  const auto dt = key.dtype == DType::BFloat16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
+  const bool any = key.format == Format::Any;
+  // our layouts
+  const auto src_u = activation_md(p, p.ci, p.in, dt, false), dst_u = activation_md(p, p.co, p.out, dt, false);
+  const auto wei_u = weight_md(p, dt, false);
+  const auto bias_md = key.bias ? dnnl::memory::desc({p.co}, dt, tag::a) : dnnl::memory::desc();
+  // what the primitive is asked for
+  const auto src = any ? activation_md(p, p.ci, p.in, dt, true) : src_u;
+  const auto dst = any ? activation_md(p, p.co, p.out, dt, true) : dst_u;
+  const auto wei = any ? weight_md(p, dt, true) : wei_u;
+  dims strides = spatial(p, p.s), dil = spatial(p, p.d), pl = spatial(p, p.pb), pr = spatial(p, p.pa);
+  for (auto& v : dil) v -= 1;  // oneDNN counts the gaps: 0 is a dense kernel
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // one scratchpad per thread (gemm.cpp)
+  const auto alg = dnnl::algorithm::convolution_direct;
+  const auto fwd_desc =
+      key.bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, src, wei, bias_md, dst,
+                                                 strides, dil, pl, pr)
+               : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, src, wei, dst, strides,
+                                                 dil, pl, pr);
+  const dnnl::convolution_forward::primitive_desc fwd_pd(
+      fwd_desc, key.kind == Kind::Forward ? attr : dnnl::primitive_attr(), engine());
+  Cached c;
+  switch (key.kind) {
+    case Kind::Forward:
+      c.prim = dnnl::convolution_forward(fwd_pd);
+      c.scratchpad = fwd_pd.scratchpad_desc();
+      c.args = {make_arg(DNNL_ARG_SRC, src_u, fwd_pd.src_desc(), false),
+                make_arg(DNNL_ARG_WEIGHTS, wei_u, fwd_pd.weights_desc(), false),
+                make_arg(DNNL_ARG_BIAS, bias_md, bias_md, false),
+                make_arg(DNNL_ARG_DST, dst_u, fwd_pd.dst_desc(), true)};
+      break;
+    case Kind::BackwardData: {
+      const dnnl::convolution_backward_data::desc desc(alg, src, wei, dst, strides, dil, pl, pr);
+      const dnnl::convolution_backward_data::primitive_desc pd(desc, attr, engine(), fwd_pd);
+      c.prim = dnnl::convolution_backward_data(pd);
+      c.scratchpad = pd.scratchpad_desc();
+      c.args = {make_arg(DNNL_ARG_DIFF_SRC, src_u, pd.diff_src_desc(), true),
+                make_arg(DNNL_ARG_WEIGHTS, wei_u, pd.weights_desc(), false),
+                make_arg(DNNL_ARG_BIAS, dnnl::memory::desc(), dnnl::memory::desc(), false),
+                make_arg(DNNL_ARG_DIFF_DST, dst_u, pd.diff_dst_desc(), false)};
+      break;
+    }
+    case Kind::BackwardWeights: {
+      const auto desc = key.bias ? dnnl::convolution_backward_weights::desc(alg, src, wei, bias_md, dst, strides,
+                                                                            dil, pl, pr)
+                                 : dnnl::convolution_backward_weights::desc(alg, src, wei, dst, strides, dil, pl,
+                                                                            pr);
+      const dnnl::convolution_backward_weights::primitive_desc pd(desc, attr, engine(), fwd_pd);
+      c.prim = dnnl::convolution_backward_weights(pd);
+      c.scratchpad = pd.scratchpad_desc();
+      c.args = {make_arg(DNNL_ARG_SRC, src_u, pd.src_desc(), false),
+                make_arg(DNNL_ARG_DIFF_WEIGHTS, wei_u, pd.diff_weights_desc(), true),
+                make_arg(DNNL_ARG_DIFF_BIAS, bias_md, bias_md, true),
+                make_arg(DNNL_ARG_DIFF_DST, dst_u, pd.diff_dst_desc(), false)};
+      break;
+    }
+  }
+  return c;
+}
+
+// nullptr when oneDNN has no implementation for this problem (the caller then
+// takes another route); a failure is remembered, so it is asked only once.
+std::shared_ptr<const Cached> get(const Key& key) {
+  static std::mutex mutex;
+  static std::map<Key, std::shared_ptr<const Cached>> cache;
+  constexpr size_t kMaxEntries = 1024;
+  {
+    std::lock_guard lock(mutex);
+    if (auto it = cache.find(key); it != cache.end()) return it->second;
+  }
+  std::shared_ptr<const Cached> created;
+  try {
+    created = std::make_shared<const Cached>(create(key));
+  } catch (const dnnl::error&) {
+    created = nullptr;
+  }
+  std::lock_guard lock(mutex);
+  if (cache.size() >= kMaxEntries) cache.clear();
+  return cache.try_emplace(key, std::move(created)).first->second;
+}
+
+struct Scratch {
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  std::unique_ptr<void, Free> ptr;
+  size_t size = 0;
+  void* get(size_t bytes) {
+    if (bytes > size) {
+      const size_t rounded = (bytes + 63) / 64 * 64;
+      ptr.reset();
+      ptr.reset(std::aligned_alloc(64, rounded));
+      if (!ptr) {
+        size = 0;
+        throw std::bad_alloc();
+      }
+      size = rounded;
+    }
+    return ptr.get();
+  }
+};
+
+// Runs the cached primitive on our tensors' pointers (src, weights, bias, dst
+// in the forward's roles; nullptr: absent), reordering where its formats differ.
+void execute(const Cached& c, const std::array<const void*, 4>& ptrs) {
+  const dnnl::engine& eng = engine();
+  dnnl::stream& s = stream();
+  thread_local std::array<Scratch, 5> scratch;  // one per reordered argument, and the scratchpad
+  std::array<dnnl::memory, 4> user, prim;
+  std::vector<dnnl_exec_arg_t> args;
+  for (size_t i = 0; i < c.args.size(); ++i) {
+    const Arg& a = c.args[i];
+    if (!ptrs[i] || a.user.is_zero()) continue;
+    user[i] = dnnl::memory(a.user, eng, const_cast<void*>(ptrs[i]));
+    if (a.reorder) {
+      prim[i] = dnnl::memory(a.prim, eng, scratch[i].get(a.prim.get_size()));
+      if (!a.output) a.reorder.execute(s, user[i], prim[i]);
+    } else {
+      prim[i] = user[i];
+    }
+    args.push_back({a.id, prim[i].get()});
+  }
+  dnnl::memory pad;
+  if (const size_t bytes = c.scratchpad.get_size(); bytes > 0) {
+    pad = dnnl::memory(c.scratchpad, eng, scratch[4].get(bytes));
+    args.push_back({DNNL_ARG_SCRATCHPAD, pad.get()});
+  }
+  dnnl::error::wrap_c_api(dnnl_primitive_execute(c.prim.get(), s.get(), static_cast<int>(args.size()), args.data()),
+                          "could not execute a convolution");
+  for (size_t i = 0; i < c.args.size(); ++i) {
+    if (c.args[i].output && c.args[i].reorder && ptrs[i]) c.args[i].reorder.execute(s, prim[i], user[i]);
+  }
+  s.wait();
+}
+
+Format format_for(const Problem& p) {
+  static const int forced = [] {
+    const char* env = std::getenv("HALFGRAD_CONV_FORMAT");
+    if (!env) return -1;
+    return std::string(env) == "any" ? 1 : std::string(env) == "plain" ? 0 : -1;
+  }();
+  if (forced >= 0) return forced ? Format::Any : Format::Plain;
+  // Measured on MobileNetV3-small's layers (benchmarks/cpu_conv.cpp): with
+  // plain formats oneDNN 2.6 runs every conv as im2col + GEMM, 3-6x slower
+  // than its blocked direct kernels for depthwise and k x k convolutions even
+  // with the reorders; a 1x1 stride-1 conv is a plain GEMM already, and the
+  // reorders would only add to it.
+  bool pointwise = p.groups == 1 && p.kvol() == 1;
+  for (int i = 0; i < 3; ++i) pointwise = pointwise && p.s[i] == 1 && p.pb[i] == 0 && p.pa[i] == 0;
+  return pointwise ? Format::Plain : Format::Any;
+}
+
+// Whether oneDNN runs bf16 convolutions on this CPU (oneDNN 2.6 needs AVX-512 for them).
+bool has_bf16() {
+  static const bool ok = [] {
+    Problem p;
+    p.n = 1, p.ci = 1, p.co = 1, p.in = {1, 1, 2}, p.out = {1, 1, 2};
+    return get({Kind::Forward, DType::BFloat16, p, false, Format::Plain}) != nullptr;
+  }();
+  return ok;
+}
+
+// Float32 copies (for float16, and bfloat16 without native support).
+Tensor widen(const Tensor& t) {
+  if (!t.defined()) return t;
+  Tensor f = make_tensor(t.shape(), TensorOptions(DType::Float32, Device::cpu()));
+  cpu::copy(f, t);
+  return f;
+}
+Tensor f32_like(const Tensor& t) {
+  return t.defined() ? make_tensor(t.shape(), TensorOptions(DType::Float32, Device::cpu())) : t;
+}
+
+// The oneDNN route for `kind`, in float32 or native bfloat16; false when
+// oneDNN declines (then the caller runs the direct loop).
+bool onednn_native(Kind kind, const Problem& p, DType dt, const void* src, const void* wei, const void* bias,
+                   const void* dst) {
+  const auto c = get({kind, dt, p, bias != nullptr, format_for(p)});
+  if (!c) return false;
+  execute(*c, {src, wei, bias, dst});
+  return true;
+}
+
+// Runs kind on tensors (src, wei, bias, dst in the forward's roles; which are
+// written depends on kind). float16 (and bf16 where oneDNN has none) go
+// through float32 copies and round once. False: oneDNN declined.
+bool onednn(Kind kind, const Problem& p, const Tensor& src, const Tensor& wei, const Tensor& bias,
+            const Tensor& dst) {
+  if (p.n == 0 || p.ci == 0 || p.co == 0 || p.out_plane() == 0 || p.in_plane() == 0) return false;
+  const DType dt = src.dtype();
+  if (dt == DType::Float64) return false;
+  const bool native = dt == DType::Float32 || (dt == DType::BFloat16 && has_bf16());
+  if (native) {
+    if (onednn_native(kind, p, dt, src.data_ptr(), wei.data_ptr(), bias.defined() ? bias.data_ptr() : nullptr,
+                      dst.data_ptr()))
+      return true;
+    if (dt == DType::Float32) return false;
+  }
+  // widen what is read, compute in float32, round what is written once
+  const bool w_src = kind != Kind::BackwardData, w_wei = kind != Kind::BackwardWeights;
+  const bool w_dst = kind != Kind::Forward;
+  const Tensor s = w_src ? widen(src) : f32_like(src);
+  const Tensor w = w_wei ? widen(wei) : f32_like(wei);
+  const Tensor b = kind == Kind::Forward ? widen(bias) : f32_like(bias);
+  const Tensor d = w_dst ? widen(dst) : f32_like(dst);
+  if (!onednn_native(kind, p, DType::Float32, s.data_ptr(), w.data_ptr(), b.defined() ? b.data_ptr() : nullptr,
+                     d.data_ptr()))
+    return false;
+  switch (kind) {
+    case Kind::Forward: cpu::copy(dst, d); break;
+    case Kind::BackwardData: cpu::copy(src, s); break;
+    case Kind::BackwardWeights:
+      cpu::copy(wei, w);
+      if (bias.defined()) cpu::copy(bias, b);
+      break;
+  }
+  return true;
+}
+#endif  // HALFGRAD_WITH_ONEDNN
+
+}  // namespace
+
+void conv_forward_direct(const Tensor& x, const Tensor& w, const Tensor& bias, const kernels::ConvGeometry& g,
+                         const Tensor& y) {
+  check_layout("conv_forward", {&x, &w, &bias, &y});
+  const Problem p = make_problem(x, w, y, g);
+  HG_DISPATCH_FLOATING(x.dtype(), "conv_forward", [&] {
+    direct_forward<scalar_t>(p, ptr<scalar_t>(x), ptr<scalar_t>(w), ptr<scalar_t>(bias), mptr<scalar_t>(y));
+  });
+}
+
+void conv_backward_data_direct(const Tensor& dy, const Tensor& w, const kernels::ConvGeometry& g, const Tensor& dx) {
+  check_layout("conv_backward_data", {&dy, &w, &dx});
+  const Problem p = make_problem(dx, w, dy, g);
+  HG_DISPATCH_FLOATING(dy.dtype(), "conv_backward_data", [&] {
+    direct_backward_data<scalar_t>(p, ptr<scalar_t>(dy), ptr<scalar_t>(w), mptr<scalar_t>(dx));
+  });
+}
+
+void conv_backward_weight_direct(const Tensor& dy, const Tensor& x, const kernels::ConvGeometry& g, const Tensor& dw,
+                                 const Tensor& db) {
+  check_layout("conv_backward_weight", {&dy, &x, &dw, &db});
+  const Problem p = make_problem(x, dw, dy, g);
+  HG_DISPATCH_FLOATING(dy.dtype(), "conv_backward_weight", [&] {
+    direct_backward_weight<scalar_t>(p, ptr<scalar_t>(dy), ptr<scalar_t>(x), mptr<scalar_t>(dw),
+                                     mptr<scalar_t>(db));
+  });
+}
+
+void conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const kernels::ConvGeometry& g,
+                  const Tensor& y) {
+#if HALFGRAD_WITH_ONEDNN
+  check_layout("conv_forward", {&x, &w, &bias, &y});
+  if (onednn(Kind::Forward, make_problem(x, w, y, g), x, w, bias, y)) return;
+#endif
+  conv_forward_direct(x, w, bias, g, y);
+}
+
+void conv_backward_data(const Tensor& dy, const Tensor& w, const kernels::ConvGeometry& g, const Tensor& dx) {
+#if HALFGRAD_WITH_ONEDNN
+  check_layout("conv_backward_data", {&dy, &w, &dx});
+  if (onednn(Kind::BackwardData, make_problem(dx, w, dy, g), dx, w, Tensor(), dy)) return;
+#endif
+  conv_backward_data_direct(dy, w, g, dx);
+}
+
+void conv_backward_weight(const Tensor& dy, const Tensor& x, const kernels::ConvGeometry& g, const Tensor& dw,
+                          const Tensor& db) {
+#if HALFGRAD_WITH_ONEDNN
+  check_layout("conv_backward_weight", {&dy, &x, &dw, &db});
+  if (onednn(Kind::BackwardWeights, make_problem(x, dw, dy, g), x, dw, db, dy)) return;
+#endif
+  conv_backward_weight_direct(dy, x, g, dw, db);
+}
+
+}  // namespace halfgrad::cpu

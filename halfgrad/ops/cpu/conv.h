@@ -1,0 +1,23 @@
+#pragma once
+// The CPU convolutions (ops/cpu/conv.cpp), internal. The three entries of
+// ops/kernels.h (cpu::conv_forward, ...) run oneDNN 2.6's convolution
+// primitives where they can: float32 and bfloat16 natively (bf16 accumulates in
+// float32 inside oneDNN), float16 through float32 (inputs widened, the output
+// rounded once). float64, builds without oneDNN and configurations oneDNN
+// rejects run the portable direct loops below (OpenMP over N x C; double
+// accumulation for float64, float for the others).
+//
+// Tensors are contiguous in NC* order (the op makes them so).
+#include <halfgrad/ops/kernels.h>
+
+namespace halfgrad::cpu {
+
+// The portable direct loops, same contracts as kernels::conv_*; exposed so the
+// tests can compare them with the oneDNN path.
+void conv_forward_direct(const Tensor& x, const Tensor& w, const Tensor& bias, const kernels::ConvGeometry& g,
+                         const Tensor& y);
+void conv_backward_data_direct(const Tensor& dy, const Tensor& w, const kernels::ConvGeometry& g, const Tensor& dx);
+void conv_backward_weight_direct(const Tensor& dy, const Tensor& x, const kernels::ConvGeometry& g, const Tensor& dw,
+                                 const Tensor& db);
+
+}  // namespace halfgrad::cpu
