@@ -234,3 +234,5 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
 #include <halfgrad/ops/indexing_ops.h>
 // The operators (+ - * / == < += ...) on tensors.
 #include <halfgrad/ops/operators.h>
+// batch_norm, max_pool2d, avg_pool2d, adaptive_avg_pool2d.
+#include <halfgrad/ops/norm_pool_ops.h>
