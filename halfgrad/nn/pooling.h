@@ -5,8 +5,10 @@
 //
 //   hg::nn::MaxPool2d pool(3, 2, 1);       // kernel 3, stride 2, padding 1
 //   hg::nn::AdaptiveAvgPool2d gap(1);      // global average pooling
+#include <initializer_list>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <halfgrad/nn/module.h>
 #include <halfgrad/ops/ops.h>
@@ -17,6 +19,10 @@ class MaxPool2d : public Module {
  public:
   explicit MaxPool2d(SizeArg kernel_size, std::optional<SizeArg> stride = {}, SizeArg padding = 0,
                      SizeArg dilation = 1, bool ceil_mode = false);
+  // MaxPool2d({2, 3}): a braced kernel size (else ambiguous with the move constructor).
+  explicit MaxPool2d(std::initializer_list<int64_t> kernel_size, std::optional<SizeArg> stride = {},
+                     SizeArg padding = 0, SizeArg dilation = 1, bool ceil_mode = false)
+      : MaxPool2d(SizeArg(kernel_size), std::move(stride), std::move(padding), std::move(dilation), ceil_mode) {}
   Tensor forward(const Tensor& x) const;
   Tensor operator()(const Tensor& x) const { return forward(x); }
   std::string extra_repr() const override;
@@ -30,6 +36,11 @@ class AvgPool2d : public Module {
   explicit AvgPool2d(SizeArg kernel_size, std::optional<SizeArg> stride = {}, SizeArg padding = 0,
                      bool ceil_mode = false, bool count_include_pad = true,
                      std::optional<int64_t> divisor_override = std::nullopt);
+  explicit AvgPool2d(std::initializer_list<int64_t> kernel_size, std::optional<SizeArg> stride = {},
+                     SizeArg padding = 0, bool ceil_mode = false, bool count_include_pad = true,
+                     std::optional<int64_t> divisor_override = std::nullopt)
+      : AvgPool2d(SizeArg(kernel_size), std::move(stride), std::move(padding), ceil_mode, count_include_pad,
+                  divisor_override) {}
   Tensor forward(const Tensor& x) const;
   Tensor operator()(const Tensor& x) const { return forward(x); }
   std::string extra_repr() const override;
