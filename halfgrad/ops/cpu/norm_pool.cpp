@@ -3,7 +3,8 @@
 // OpenMP iteration for its statistics (each row of S elements summed in the
 // statistics type, the rows added up in double) and one (n, c) row per
 // iteration for the elementwise passes; pooling runs one [H, W] plane per
-// iteration. Half types compute in float32, float64 in float64.
+// iteration, its backward gathering (as on CUDA) from the windows that hold
+// each input element. Half types compute in float32, float64 in float64.
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -233,7 +234,11 @@ void max_pool2d(const Tensor& x, const kernels::Pool2dGeometry& g, const Tensor&
   });
 }
 
-void max_pool2d_backward(const Tensor& g, const Tensor& indices, const kernels::Pool2dGeometry&, const Tensor& dx) {
+// The backwards gather, like the CUDA kernels (the same window arithmetic of
+// ops/norm_pool_math.h, so these tests check it): each input element adds up the
+// gradients of the windows that contain it, in float32 (float64), rounding once.
+void max_pool2d_backward(const Tensor& g, const Tensor& indices, const kernels::Pool2dGeometry& geo,
+                         const Tensor& dx) {
   const auto [p, h, w, oh, ow] = planes(dx, g);
   HG_DISPATCH_FLOATING(dx.dtype(), "max_pool2d_backward", [&] {
     using A = stat_t<scalar_t>;
@@ -242,15 +247,21 @@ void max_pool2d_backward(const Tensor& g, const Tensor& indices, const kernels::
     scalar_t* dp = mptr<scalar_t>(dx);
     _Pragma("omp parallel for if (p > 1 && p * h * w > kParallelWork)")
     for (int64_t pl = 0; pl < p; ++pl) {
-      // accumulate the plane in A (overlapping windows add up), round once
-      std::vector<A> acc(static_cast<size_t>(h * w), A(0));
-      for (int64_t o = 0; o < oh * ow; ++o) {
-        const int64_t idx = ip[pl * oh * ow + o];
-        if (idx < 0 || idx >= h * w) continue;
-        acc[static_cast<size_t>(idx)] += static_cast<A>(gp[pl * oh * ow + o]);
+      const int64_t base = pl * oh * ow;
+      for (int64_t ih = 0; ih < h; ++ih) {
+        const math::OutRange rh =
+            math::windows_containing(ih, oh, geo.kernel[0], geo.stride[0], geo.padding[0], geo.dilation[0]);
+        for (int64_t iw = 0; iw < w; ++iw) {
+          const math::OutRange rw =
+              math::windows_containing(iw, ow, geo.kernel[1], geo.stride[1], geo.padding[1], geo.dilation[1]);
+          const int64_t self = ih * w + iw;
+          A acc = 0;
+          for (int64_t i = rh.lo; i <= rh.hi; ++i)
+            for (int64_t j = rw.lo; j <= rw.hi; ++j)
+              if (ip[base + i * ow + j] == self) acc += static_cast<A>(gp[base + i * ow + j]);
+          dp[pl * h * w + self] = static_cast<scalar_t>(acc);
+        }
       }
-      scalar_t* dpl = dp + pl * h * w;
-      for (int64_t e = 0; e < h * w; ++e) dpl[e] = static_cast<scalar_t>(acc[static_cast<size_t>(e)]);
     }
   });
 }
@@ -287,18 +298,22 @@ void avg_pool2d_backward(const Tensor& g, const kernels::Pool2dGeometry& geo, co
     scalar_t* dp = mptr<scalar_t>(dx);
     _Pragma("omp parallel for if (p > 1 && p * h * w > kParallelWork)")
     for (int64_t pl = 0; pl < p; ++pl) {
-      std::vector<A> acc(static_cast<size_t>(h * w), A(0));
-      for (int64_t i = 0; i < oh; ++i) {
-        for (int64_t j = 0; j < ow; ++j) {
-          const math::AvgWindow win = math::avg_window(i, j, h, w, geo);
-          if (win.divisor == 0) continue;
-          const A share = static_cast<A>(gp[(pl * oh + i) * ow + j]) / static_cast<A>(win.divisor);
-          for (int64_t ih = win.h0; ih < win.h1; ++ih)
-            for (int64_t iw = win.w0; iw < win.w1; ++iw) acc[static_cast<size_t>(ih * w + iw)] += share;
+      const int64_t base = pl * oh * ow;
+      for (int64_t ih = 0; ih < h; ++ih) {
+        const math::OutRange rh = math::windows_containing(ih, oh, geo.kernel[0], geo.stride[0], geo.padding[0], 1);
+        for (int64_t iw = 0; iw < w; ++iw) {
+          const math::OutRange rw =
+              math::windows_containing(iw, ow, geo.kernel[1], geo.stride[1], geo.padding[1], 1);
+          A acc = 0;
+          for (int64_t i = rh.lo; i <= rh.hi; ++i)
+            for (int64_t j = rw.lo; j <= rw.hi; ++j) {
+              const math::AvgWindow win = math::avg_window(i, j, h, w, geo);
+              if (win.divisor == 0 || ih < win.h0 || ih >= win.h1 || iw < win.w0 || iw >= win.w1) continue;
+              acc += static_cast<A>(gp[base + i * ow + j]) / static_cast<A>(win.divisor);
+            }
+          dp[pl * h * w + ih * w + iw] = static_cast<scalar_t>(acc);
         }
       }
-      scalar_t* dpl = dp + pl * h * w;
-      for (int64_t e = 0; e < h * w; ++e) dpl[e] = static_cast<scalar_t>(acc[static_cast<size_t>(e)]);
     }
   });
 }
@@ -334,18 +349,25 @@ void adaptive_avg_pool2d_backward(const Tensor& g, const Tensor& dx) {
     scalar_t* dp = mptr<scalar_t>(dx);
     _Pragma("omp parallel for if (p > 1 && p * h * w > kParallelWork)")
     for (int64_t pl = 0; pl < p; ++pl) {
-      std::vector<A> acc(static_cast<size_t>(h * w), A(0));
-      for (int64_t i = 0; i < oh; ++i) {
-        const int64_t h0 = math::adaptive_start(i, h, oh), h1 = math::adaptive_end(i, h, oh);
-        for (int64_t j = 0; j < ow; ++j) {
-          const int64_t w0 = math::adaptive_start(j, w, ow), w1 = math::adaptive_end(j, w, ow);
-          const A share = static_cast<A>(gp[(pl * oh + i) * ow + j]) / static_cast<A>((h1 - h0) * (w1 - w0));
-          for (int64_t ih = h0; ih < h1; ++ih)
-            for (int64_t iw = w0; iw < w1; ++iw) acc[static_cast<size_t>(ih * w + iw)] += share;
+      const int64_t base = pl * oh * ow;
+      for (int64_t ih = 0; ih < h; ++ih) {
+        for (int64_t iw = 0; iw < w; ++iw) {
+          A acc = 0;
+          if (oh > 0 && ow > 0) {
+            const math::OutRange rh = math::adaptive_containing(ih, h, oh);
+            const math::OutRange rw = math::adaptive_containing(iw, w, ow);
+            for (int64_t i = rh.lo; i <= rh.hi; ++i) {
+              const int64_t h0 = math::adaptive_start(i, h, oh), h1 = math::adaptive_end(i, h, oh);
+              for (int64_t j = rw.lo; j <= rw.hi; ++j) {
+                const int64_t w0 = math::adaptive_start(j, w, ow), w1 = math::adaptive_end(j, w, ow);
+                if (ih < h0 || ih >= h1 || iw < w0 || iw >= w1) continue;
+                acc += static_cast<A>(gp[base + i * ow + j]) / static_cast<A>((h1 - h0) * (w1 - w0));
+              }
+            }
+          }
+          dp[pl * h * w + ih * w + iw] = static_cast<scalar_t>(acc);
         }
       }
-      scalar_t* dpl = dp + pl * h * w;
-      for (int64_t e = 0; e < h * w; ++e) dpl[e] = static_cast<scalar_t>(acc[static_cast<size_t>(e)]);
     }
   });
 }
