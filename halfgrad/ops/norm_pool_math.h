@@ -4,6 +4,7 @@
 // ops/cuda/pool.cu): window bounds, divisors and the normalisation formulas,
 // HG_HOST_DEVICE so the CPU tests check the arithmetic the GPU runs.
 // Internal (not installed).
+#include <cmath>
 #include <cstdint>
 
 #include <halfgrad/core/macros.h>
@@ -31,6 +32,46 @@ HG_INLINE A bn_backward_eval(A g, A invstd, A w) {
 // ---- pooling ---------------------------------------------------------------------------------
 HG_INLINE int64_t min_i(int64_t a, int64_t b) { return a < b ? a : b; }
 HG_INLINE int64_t max_i(int64_t a, int64_t b) { return a > b ? a : b; }
+
+// The taps a in [lo, hi) of a window starting at `start` (possibly negative) whose
+// positions start + a * dilation lie inside [0, size).
+struct TapRange {
+  int64_t lo, hi;
+};
+HG_INLINE TapRange taps_inside(int64_t start, int64_t size, int64_t kernel, int64_t dilation) {
+  const int64_t lo = start < 0 ? (-start + dilation - 1) / dilation : 0;
+  const int64_t hi = size - start <= 0 ? 0 : min_i(kernel, (size - start + dilation - 1) / dilation);
+  return TapRange{lo, hi};
+}
+
+// The max over window (oh, ow) of a [H, W] plane read through load(flat index), in A:
+// a NaN wins (the first NaN, and the scan stops there), ties keep the first tap in
+// row-major order. A window with no tap inside the plane gives -inf and index -1.
+template <typename A, typename Load>
+HG_INLINE void max_window(int64_t oh, int64_t ow, int64_t H, int64_t W, const kernels::Pool2dGeometry& g,
+                          const Load& load, A& best, int64_t& arg) {
+  const int64_t h0 = oh * g.stride[0] - g.padding[0], w0 = ow * g.stride[1] - g.padding[1];
+  const TapRange ra = taps_inside(h0, H, g.kernel[0], g.dilation[0]);
+  const TapRange rb = taps_inside(w0, W, g.kernel[1], g.dilation[1]);
+  best = -A(INFINITY);
+  arg = -1;
+  if (ra.lo >= ra.hi || rb.lo >= rb.hi) return;
+  arg = (h0 + ra.lo * g.dilation[0]) * W + (w0 + rb.lo * g.dilation[1]);
+  best = load(arg);
+  if (best != best) return;
+  for (int64_t a = ra.lo; a < ra.hi; ++a) {
+    const int64_t row = (h0 + a * g.dilation[0]) * W;
+    for (int64_t b = rb.lo; b < rb.hi; ++b) {
+      const int64_t i = row + w0 + b * g.dilation[1];
+      const A v = load(i);
+      if (!(v <= best)) {  // larger, or NaN (best is not NaN here)
+        best = v;
+        arg = i;
+        if (v != v) return;
+      }
+    }
+  }
+}
 
 // The average-pooling window of output (oh, ow), clipped to the input, and its divisor
 // (PyTorch's avg_pool2d: the size within the padded input with count_include_pad, the

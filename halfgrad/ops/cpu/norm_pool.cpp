@@ -206,25 +206,12 @@ void max_pool2d(const Tensor& x, const kernels::Pool2dGeometry& g, const Tensor&
     _Pragma("omp parallel for if (p > 1 && work > kParallelWork)")
     for (int64_t pl = 0; pl < p; ++pl) {
       const scalar_t* xpl = xp + pl * h * w;
+      auto load = [xpl](int64_t i) { return static_cast<A>(xpl[i]); };
       for (int64_t i = 0; i < oh; ++i) {
         for (int64_t j = 0; j < ow; ++j) {
-          const int64_t h0 = i * g.stride[0] - g.padding[0], w0 = j * g.stride[1] - g.padding[1];
-          A best = -std::numeric_limits<A>::infinity();
-          int64_t arg = -1;
-          for (int64_t a = 0; a < g.kernel[0]; ++a) {
-            const int64_t ih = h0 + a * g.dilation[0];
-            if (ih < 0 || ih >= h) continue;
-            for (int64_t b = 0; b < g.kernel[1]; ++b) {
-              const int64_t iw = w0 + b * g.dilation[1];
-              if (iw < 0 || iw >= w) continue;
-              const A v = static_cast<A>(xpl[ih * w + iw]);
-              // a NaN wins and stays (the first NaN); ties keep the first tap
-              if (arg < 0 || (!std::isnan(best) && (v > best || std::isnan(v)))) {
-                best = v;
-                arg = ih * w + iw;
-              }
-            }
-          }
+          A best;
+          int64_t arg;
+          math::max_window<A>(i, j, h, w, g, load, best, arg);
           const int64_t o = (pl * oh + i) * ow + j;
           yp[o] = static_cast<scalar_t>(best);
           ip[o] = arg;

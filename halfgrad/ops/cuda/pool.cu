@@ -29,6 +29,13 @@ __device__ __forceinline__ storage_t<T> st(stat_t<T> v) {
   return Elem<T>::store(static_cast<acc_t<T>>(v));
 }
 
+// Reads element i of a plane in the compute type (max_window's loader).
+template <typename T>
+struct PlaneLoad {
+  const storage_t<T>* p;
+  __device__ __forceinline__ stat_t<T> operator()(int64_t i) const { return ld<T>(p, i); }
+};
+
 struct Dims {
   int64_t p, h, w, oh, ow;
 };
@@ -45,23 +52,9 @@ __global__ void __launch_bounds__(kThreads)
   HG_GRID_STRIDE(o, d.p * d.oh * d.ow) {
     const int64_t j = o % d.ow, i = (o / d.ow) % d.oh, pl = o / (d.ow * d.oh);
     const storage_t<T>* xp = x + pl * d.h * d.w;
-    const int64_t h0 = i * g.stride[0] - g.padding[0], w0 = j * g.stride[1] - g.padding[1];
-    A best = -static_cast<A>(INFINITY);
-    int64_t arg = -1;
-    for (int64_t a = 0; a < g.kernel[0]; ++a) {
-      const int64_t ih = h0 + a * g.dilation[0];
-      if (ih < 0 || ih >= d.h) continue;
-      for (int64_t b = 0; b < g.kernel[1]; ++b) {
-        const int64_t iw = w0 + b * g.dilation[1];
-        if (iw < 0 || iw >= d.w) continue;
-        const A v = ld<T>(xp, ih * d.w + iw);
-        // a NaN wins and stays (the first NaN); ties keep the first tap (as the CPU)
-        if (arg < 0 || (best == best && (v > best || v != v))) {
-          best = v;
-          arg = ih * d.w + iw;
-        }
-      }
-    }
+    A best;
+    int64_t arg;
+    math::max_window<A>(i, j, d.h, d.w, g, PlaneLoad<T>{xp}, best, arg);
     y[o] = st<T>(best);
     idx[o] = arg;
   }
