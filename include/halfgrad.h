@@ -18,6 +18,7 @@
 #include <halfgrad/amp/grad_scaler.h>
 #include <halfgrad/amp/policy.h>
 #include <halfgrad/nn/nn.h>
+#include <halfgrad/nn/models/mobilenet_v3.h>
 #include <halfgrad/optim/optim.h>
 #include <halfgrad/data/data.h>
 #include <halfgrad/train/train.h>

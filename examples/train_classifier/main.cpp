@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -67,7 +68,11 @@ Options parse(int argc, char** argv) {
   app.add_option("--data", o.data, "data set")->check(CLI::IsMember({"fashion-mnist"}))->capture_default_str();
   app.add_option("--data-dir", o.data_dir, "folder with the IDX files (MNIST, KMNIST, ... work too)")
       ->capture_default_str();
-  app.add_option("--model", o.model, "model: mlp (784-256-10)")->check(CLI::IsMember({"mlp"}))->capture_default_str();
+  app.add_option("--model", o.model,
+                 "model: mlp (784-256-10) or mobilenet_v3_small (torchvision's, on 32x32 images: 28x28 padded by 2, "
+                 "the grey channel repeated 3 times)")
+      ->check(CLI::IsMember({"mlp", "mobilenet_v3_small"}))
+      ->capture_default_str();
   app.add_option("--device", o.device, "cpu, cuda, or auto (cuda when available)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
@@ -118,10 +123,27 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// The MLP: [N, 1, 28, 28] -> 784 -> 256 -> 10.
-std::shared_ptr<hg::nn::Sequential> make_model() {
-  return std::make_shared<hg::nn::Sequential>(hg::nn::Flatten(), hg::nn::Linear(784, 256), hg::nn::ReLU(),
-                                              hg::nn::Linear(256, 10));
+// The model and how a batch goes through it.
+struct Model {
+  std::shared_ptr<hg::nn::Module> module;
+  std::function<hg::Tensor(const hg::Tensor&)> forward;
+  int64_t image_size;  // the side its inputs are padded to
+};
+
+// mlp: [N, 1, 28, 28] -> 784 -> 256 -> 10.
+// mobilenet_v3_small: torchvision's network for 10 classes. Its five stride-2
+// stages divide the side by 32, so the 28x28 images are padded to 32x32 (zeros
+// before normalisation: the images' own background) and the grey channel is
+// repeated to the 3 channels the model (and a torchvision state dict) expects.
+// Its forward runs under autocast by itself (amp::autocast_forward).
+Model make_model(const std::string& name) {
+  if (name == "mobilenet_v3_small") {
+    auto net = hg::nn::models::mobilenet_v3_small({.num_classes = 10});
+    return {net, [net](const hg::Tensor& x) { return net->forward(x.expand({-1, 3, -1, -1})); }, 32};
+  }
+  auto mlp = std::make_shared<hg::nn::Sequential>(hg::nn::Flatten(), hg::nn::Linear(784, 256), hg::nn::ReLU(),
+                                                  hg::nn::Linear(256, 10));
+  return {mlp, [mlp](const hg::Tensor& x) { return mlp->forward(x); }, 28};
 }
 
 std::unique_ptr<hg::optim::Optimizer> make_optimizer(const Options& o, const std::vector<hg::Tensor>& params) {
@@ -160,8 +182,8 @@ struct Evaluation {
 };
 
 // Test loss and accuracy, under the same autocast as training, without grad.
-Evaluation evaluate(hg::nn::Sequential& model, hg::data::DataLoader& loader, const Precision& ac) {
-  model.eval();
+Evaluation evaluate(Model& model, hg::data::DataLoader& loader, const Precision& ac) {
+  model.module->eval();
   hg::NoGradGuard no_grad;
   hg::Tensor loss_sum = hg::zeros({}, hg::TensorOptions(hg::kDouble, loader.options().device));
   hg::Tensor correct = hg::zeros({}, hg::TensorOptions(hg::kLong, loader.options().device));
@@ -170,14 +192,14 @@ Evaluation evaluate(hg::nn::Sequential& model, hg::data::DataLoader& loader, con
     hg::Tensor logits;
     {
       hg::amp::autocast region(ac.device, ac.dtype, ac.enabled);
-      logits = model(batch.input);
+      logits = model.forward(batch.input);
     }
     auto loss = hg::cross_entropy(logits.to(hg::kFloat), batch.target, hg::Reduction::Sum);
     loss_sum += loss.to(hg::kDouble);
     correct += (logits.argmax(1) == batch.target).sum();
     n += batch.target.size(0);
   }
-  model.train();
+  model.module->train();
   return {loss_sum.item() / static_cast<double>(n), static_cast<double>(correct.item<int64_t>()) / n};
 }
 
@@ -190,19 +212,23 @@ int main(int argc, char** argv) try {
                                 : hg::Device::cpu();
   hg::manual_seed(o.seed);
 
-  // ---- data: Fashion-MNIST, normalised; batches arrive on `device` ----------------
+  // ---- model ---------------------------------------------------------------------------
+  Model net = make_model(o.model);
+  auto& model = net.module;
+  model->to(device);
+
+  // ---- data: Fashion-MNIST, padded to the model's size, normalised; batches arrive on `device`
   const hg::data::Normalize normalize({hg::data::kFashionMnistMean}, {hg::data::kFashionMnistStd});
+  const hg::data::Pad pad((net.image_size - 28) / 2);
   auto train_set = hg::data::fashion_mnist(o.data_dir, /*train=*/true);
   auto test_set = hg::data::fashion_mnist(o.data_dir, /*train=*/false);
-  train_set = hg::data::TensorDataset(normalize(train_set.inputs()), train_set.targets());
-  test_set = hg::data::TensorDataset(normalize(test_set.inputs()), test_set.targets());
+  train_set = hg::data::TensorDataset(normalize(pad(train_set.inputs())), train_set.targets());
+  test_set = hg::data::TensorDataset(normalize(pad(test_set.inputs())), test_set.targets());
   hg::data::DataLoader train_loader(train_set, {.batch_size = o.batch_size, .shuffle = true, .seed = o.seed,
                                                 .device = device});
   hg::data::DataLoader test_loader(test_set, {.batch_size = 1000, .device = device});
 
-  // ---- model, optimizer, schedule, scaler ----------------------------------------
-  auto model = make_model();
-  model->to(device);
+  // ---- optimizer, schedule, scaler --------------------------------------------------
   auto optimizer = make_optimizer(o, model->parameters());
   const int64_t steps_per_epoch = train_loader.size();
   // The schedule spans every epoch; --max-steps only stops the run early (so a
@@ -244,7 +270,8 @@ int main(int argc, char** argv) try {
   };
 
   // ---- what this run is -------------------------------------------------------------
-  fmt::print("{}\n", model->repr());
+  if (o.model == "mlp") fmt::print("{}\n", model->repr());  // MobileNet's is 300 lines
+  else fmt::print("model: {} (torchvision's architecture, 10 classes, {}x{} inputs)\n", o.model, net.image_size, net.image_size);
   fmt::print("parameters: {}\n", with_commas(model->num_parameters()));
   fmt::print("device: {}\n", device.str());
   fmt::print("precision: {}\n", amp ? fmt::format("autocast {} (float32 master weights), GradScaler {}",
@@ -307,7 +334,7 @@ int main(int argc, char** argv) try {
       hg::Tensor loss;
       {
         hg::amp::autocast region(ac.device, ac.dtype, ac.enabled);  // `with autocast():` the forward only
-        loss = criterion(model->forward(input), batch.target);
+        loss = criterion(net.forward(input), batch.target);
       }
       optimizer->zero_grad(/*set_to_none=*/true);
       scaler.scale(loss).backward();
@@ -367,7 +394,7 @@ int main(int argc, char** argv) try {
       if (step == total_steps) break;
     }
     bar.close();
-    const auto eval = evaluate(*model, test_loader, ac);
+    const auto eval = evaluate(net, test_loader, ac);
     const double seconds = seconds_since(epoch_start);
     fmt::print("epoch {}: test loss {:.4f}, accuracy {:.2f}%, {:.1f} s\n", epoch + 1, eval.loss,
                100 * eval.accuracy, seconds);

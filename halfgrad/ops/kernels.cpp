@@ -160,6 +160,41 @@ void conv_backward_weight(const Tensor& dy, const Tensor& x, const ConvGeometry&
   HG_BACKEND(dy, cpu::conv_backward_weight(dy, x, g, dw, db), cuda_ops::conv_backward_weight(dy, x, g, dw, db));
 }
 
+void batch_norm_stats(const Tensor& x, double eps, const Tensor& mean, const Tensor& invstd,
+                      const Tensor& running_mean, const Tensor& running_var, double momentum) {
+  HG_BACKEND(x, cpu::batch_norm_stats(x, eps, mean, invstd, running_mean, running_var, momentum),
+             cuda_ops::batch_norm_stats(x, eps, mean, invstd, running_mean, running_var, momentum));
+}
+void batch_norm_forward(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
+                        const Tensor& bias, const Tensor& y) {
+  HG_BACKEND(x, cpu::batch_norm_forward(x, mean, invstd, weight, bias, y),
+             cuda_ops::batch_norm_forward(x, mean, invstd, weight, bias, y));
+}
+void batch_norm_backward(const Tensor& g, const Tensor& x, const Tensor& mean, const Tensor& invstd,
+                         const Tensor& weight, bool training, const Tensor& dx, const Tensor& dweight,
+                         const Tensor& dbias) {
+  HG_BACKEND(x, cpu::batch_norm_backward(g, x, mean, invstd, weight, training, dx, dweight, dbias),
+             cuda_ops::batch_norm_backward(g, x, mean, invstd, weight, training, dx, dweight, dbias));
+}
+void max_pool2d(const Tensor& x, const Pool2dGeometry& g, const Tensor& y, const Tensor& indices) {
+  HG_BACKEND(x, cpu::max_pool2d(x, g, y, indices), cuda_ops::max_pool2d(x, g, y, indices));
+}
+void max_pool2d_backward(const Tensor& g, const Tensor& indices, const Pool2dGeometry& geo, const Tensor& dx) {
+  HG_BACKEND(g, cpu::max_pool2d_backward(g, indices, geo, dx), cuda_ops::max_pool2d_backward(g, indices, geo, dx));
+}
+void avg_pool2d(const Tensor& x, const Pool2dGeometry& g, const Tensor& y) {
+  HG_BACKEND(x, cpu::avg_pool2d(x, g, y), cuda_ops::avg_pool2d(x, g, y));
+}
+void avg_pool2d_backward(const Tensor& g, const Pool2dGeometry& geo, const Tensor& dx) {
+  HG_BACKEND(g, cpu::avg_pool2d_backward(g, geo, dx), cuda_ops::avg_pool2d_backward(g, geo, dx));
+}
+void adaptive_avg_pool2d(const Tensor& x, const Tensor& y) {
+  HG_BACKEND(x, cpu::adaptive_avg_pool2d(x, y), cuda_ops::adaptive_avg_pool2d(x, y));
+}
+void adaptive_avg_pool2d_backward(const Tensor& g, const Tensor& dx) {
+  HG_BACKEND(g, cpu::adaptive_avg_pool2d_backward(g, dx), cuda_ops::adaptive_avg_pool2d_backward(g, dx));
+}
+
 void softmax(const Tensor& in, const Tensor& out, bool log) {
   HG_BACKEND(in, cpu::softmax(in, out, log), cuda_ops::softmax(in, out, log));
 }

@@ -132,6 +132,63 @@ void conv_backward_data(const Tensor& dy, const Tensor& w, const ConvGeometry& g
 void conv_backward_weight(const Tensor& dy, const Tensor& x, const ConvGeometry& g, const Tensor& dw,
                           const Tensor& db);
 
+// Batch normalisation and 2-d pooling (ops/norm_pool.cpp; CPU: ops/cpu/norm_pool.cpp,
+// CUDA: ops/cuda/batch_norm.cu and ops/cuda/pool.cu; per-element math shared in
+// ops/norm_pool_math.h).
+//
+// Batch norm: x, g, y, dx are contiguous [N, C, S] (S: the product of the spatial
+// dims, 1 for [N, C]) in one floating dtype T. Every per-channel tensor ([C]:
+// mean, invstd, weight, bias, running stats, dweight, dbias) is contiguous in the
+// statistics dtype A = float64 for float64 x, else float32: the op converts
+// weights and running stats before and after. Sums accumulate in A (the CPU:
+// float32 sums of each row of S, added up in float64); each output rounds once.
+//
+// The batch statistics: mean[c] and invstd[c] = 1 / sqrt(var[c] + eps) with the
+// biased variance over N * S elements (two passes: the mean, then the squared
+// deviations). When running_mean/running_var are defined, they are updated in
+// place: r = (1 - momentum) * r + momentum * stat, with the unbiased variance
+// var * n / (n - 1) for running_var (n = N * S > 1; the op checks). N * S == 0:
+// nothing is read or written.
+void batch_norm_stats(const Tensor& x, double eps, const Tensor& mean, const Tensor& invstd,
+                      const Tensor& running_mean, const Tensor& running_var, double momentum);
+// y = (x - mean[c]) * invstd[c] * weight[c] + bias[c] (weight undefined: 1, bias undefined: 0).
+void batch_norm_forward(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
+                        const Tensor& bias, const Tensor& y);
+// The backward for the output gradient g, each result only when defined:
+//   dbias[c] = sum g,  dweight[c] = invstd[c] * sum g * (x - mean[c]),
+//   dx = w * invstd * (g - mean(g) - (x - mean) * invstd^2 * mean(g * (x - mean)))   (training:
+//        the statistics were the batch's), or dx = w * invstd * g (eval: running statistics).
+void batch_norm_backward(const Tensor& g, const Tensor& x, const Tensor& mean, const Tensor& invstd,
+                         const Tensor& weight, bool training, const Tensor& dx, const Tensor& dweight,
+                         const Tensor& dbias);
+
+// Pooling over the last two dims of contiguous [P, H, W] planes (P = N * C) into
+// [P, OH, OW]; the op has computed OH, OW by PyTorch's rules and checked them.
+// Window (oh, ow) starts at (oh * stride - padding) and has kernel taps spaced by
+// dilation (max pooling only; average pooling has dilation 1). Float dtypes;
+// half types compute in float32, float64 in float64; each output rounds once.
+struct Pool2dGeometry {
+  int64_t kernel[2] = {1, 1}, stride[2] = {1, 1}, padding[2] = {0, 0}, dilation[2] = {1, 1};
+  bool count_include_pad = true;  // avg: divide by the window's size inside the padded input
+  int64_t divisor_override = 0;   // avg: divide by this instead (0: none)
+};
+// y = the window's max, a NaN if the window holds one (the first NaN's index);
+// ties go to the first tap in row-major order. indices (int64, [P, OH, OW]) get
+// the argmax's flat position h * W + w in its plane (PyTorch's); a window with
+// no tap inside the input gives -inf and index -1.
+void max_pool2d(const Tensor& x, const Pool2dGeometry& g, const Tensor& y, const Tensor& indices);
+// dx[p, i] = sum of g[p, o] over the outputs o whose index is i (dx fully
+// overwritten; an index outside the plane is skipped).
+void max_pool2d_backward(const Tensor& g, const Tensor& indices, const Pool2dGeometry& geo, const Tensor& dx);
+// PyTorch's avg_pool2d: the window clipped to the padded input gives the size
+// counted with count_include_pad, clipped to the input the one without.
+void avg_pool2d(const Tensor& x, const Pool2dGeometry& g, const Tensor& y);
+void avg_pool2d_backward(const Tensor& g, const Pool2dGeometry& geo, const Tensor& dx);
+// Adaptive average pooling: output (oh, ow) averages rows floor(oh * H / OH) to
+// ceil((oh + 1) * H / OH) (exclusive), and the same for columns.
+void adaptive_avg_pool2d(const Tensor& x, const Tensor& y);
+void adaptive_avg_pool2d_backward(const Tensor& g, const Tensor& dx);
+
 // Softmax over the last dim of a contiguous tensor (log: log-softmax).
 void softmax(const Tensor& in, const Tensor& out, bool log);
 // grad_in from grad_out and the forward output y: softmax: y * (g - sum(g*y));

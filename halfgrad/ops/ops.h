@@ -258,3 +258,5 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
 #include <halfgrad/ops/operators.h>
 // conv1d ... conv_transpose3d.
 #include <halfgrad/ops/conv_ops.h>
+// batch_norm, max_pool2d, avg_pool2d, adaptive_avg_pool2d.
+#include <halfgrad/ops/norm_pool_ops.h>

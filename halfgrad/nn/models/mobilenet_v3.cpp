@@ -147,8 +147,9 @@ Tensor MobileNetV3::forward_impl(const Tensor& x) const {
 }
 
 Tensor MobileNetV3::forward(const Tensor& x) const {
-  // LEAD: wrapper (amp::autocast_forward)
-  return amp::autocast_fn(x.device().type(), [&] { return forward_impl(x); });
+  // The C++ form of `@autocast()` on forward: on unless the caller's innermost
+  // region for this device type says enabled=false (docs/amp.md).
+  return amp::autocast_forward(x.device().type(), [&] { return forward_impl(x); });
 }
 
 std::shared_ptr<MobileNetV3> mobilenet_v3_small(const MobileNetV3SmallOptions& options) {

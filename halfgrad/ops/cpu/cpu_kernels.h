@@ -26,6 +26,20 @@ void conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const ke
 void conv_backward_data(const Tensor& dy, const Tensor& w, const kernels::ConvGeometry& g, const Tensor& dx);
 void conv_backward_weight(const Tensor& dy, const Tensor& x, const kernels::ConvGeometry& g, const Tensor& dw,
                           const Tensor& db);
+void batch_norm_stats(const Tensor& x, double eps, const Tensor& mean, const Tensor& invstd,
+                      const Tensor& running_mean, const Tensor& running_var, double momentum);
+void batch_norm_forward(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
+                        const Tensor& bias, const Tensor& y);
+void batch_norm_backward(const Tensor& g, const Tensor& x, const Tensor& mean, const Tensor& invstd,
+                         const Tensor& weight, bool training, const Tensor& dx, const Tensor& dweight,
+                         const Tensor& dbias);
+void max_pool2d(const Tensor& x, const kernels::Pool2dGeometry& g, const Tensor& y, const Tensor& indices);
+void max_pool2d_backward(const Tensor& g, const Tensor& indices, const kernels::Pool2dGeometry& geo,
+                         const Tensor& dx);
+void avg_pool2d(const Tensor& x, const kernels::Pool2dGeometry& g, const Tensor& y);
+void avg_pool2d_backward(const Tensor& g, const kernels::Pool2dGeometry& geo, const Tensor& dx);
+void adaptive_avg_pool2d(const Tensor& x, const Tensor& y);
+void adaptive_avg_pool2d_backward(const Tensor& g, const Tensor& dx);
 void softmax(const Tensor& in, const Tensor& out, bool log);
 void softmax_backward(const Tensor& grad_out, const Tensor& y, const Tensor& grad_in, bool log);
 void nll_loss(const Tensor& logp, const Tensor& target, const Tensor& out, int64_t ignore_index, const char* op);

@@ -22,6 +22,25 @@ void conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const ke
 void conv_backward_data(const Tensor& dy, const Tensor& w, const kernels::ConvGeometry& g, const Tensor& dx);
 void conv_backward_weight(const Tensor& dy, const Tensor& x, const kernels::ConvGeometry& g, const Tensor& dw,
                           const Tensor& db);
+// ops/cuda/batch_norm.cu: one block per channel for the statistics and the
+// weight/bias gradients (block-wide float32 reductions, no atomics).
+// ops/cuda/pool.cu: one thread per output; the backward one thread per input
+// element, gathering from the windows that contain it (no atomics). An index
+// outside its plane (never produced by max_pool2d) is skipped.
+void batch_norm_stats(const Tensor& x, double eps, const Tensor& mean, const Tensor& invstd,
+                      const Tensor& running_mean, const Tensor& running_var, double momentum);
+void batch_norm_forward(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
+                        const Tensor& bias, const Tensor& y);
+void batch_norm_backward(const Tensor& g, const Tensor& x, const Tensor& mean, const Tensor& invstd,
+                         const Tensor& weight, bool training, const Tensor& dx, const Tensor& dweight,
+                         const Tensor& dbias);
+void max_pool2d(const Tensor& x, const kernels::Pool2dGeometry& g, const Tensor& y, const Tensor& indices);
+void max_pool2d_backward(const Tensor& g, const Tensor& indices, const kernels::Pool2dGeometry& geo,
+                         const Tensor& dx);
+void avg_pool2d(const Tensor& x, const kernels::Pool2dGeometry& g, const Tensor& y);
+void avg_pool2d_backward(const Tensor& g, const kernels::Pool2dGeometry& geo, const Tensor& dx);
+void adaptive_avg_pool2d(const Tensor& x, const Tensor& y);
+void adaptive_avg_pool2d_backward(const Tensor& g, const Tensor& dx);
 void softmax(const Tensor& in, const Tensor& out, bool log);
 void softmax_backward(const Tensor& grad_out, const Tensor& y, const Tensor& grad_in, bool log);
 // A target out of range (and not ignore_index) cannot throw from a kernel

@@ -1,0 +1,102 @@
+// CPU training-step benchmark of MobileNetV3-small (torchvision's network):
+// SGD with momentum, cross-entropy, float32 and bfloat16 autocast, side by side
+// with PyTorch 1.13 + torchvision 0.14 eager (pytorch_cpu_mobilenet.py), at
+// batch 64 of 224x224 images (ImageNet's shape) and batch 256 of 32x32 (the
+// shape train_classifier uses for Fashion-MNIST). Each variant runs in its own
+// process, blocks of steps interleaved (cpu_bench.h); medians and ratios.
+//
+//   build/benchmarks/cpu_mobilenet_step [--steps 8] [--threads 2] [--only 32]
+#include <halfgrad.h>
+
+#include <cstring>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <omp.h>
+
+#include "cpu_bench.h"
+
+namespace hg = halfgrad;
+
+namespace {
+
+struct Shape {
+  int batch, size;
+};
+
+std::function<void()> make_halfgrad_step(Shape s, bool amp) {
+  hg::manual_seed(0);
+  auto model = hg::nn::models::mobilenet_v3_small();
+  auto optimizer = std::make_shared<hg::optim::SGD>(model->parameters(), hg::optim::SGDOptions{.lr = 0.01, .momentum = 0.9});
+  auto criterion = std::make_shared<hg::nn::CrossEntropyLoss>();
+  auto x = hg::randn({s.batch, 3, s.size, s.size});
+  auto y = hg::randint(0, 1000, {s.batch});
+  return [=] {
+    optimizer->zero_grad(/*set_to_none=*/true);
+    hg::Tensor loss;
+    {
+      // the model's forward turns autocast on by itself; `enabled=false` keeps it float32
+      hg::amp::autocast region(hg::DeviceType::CPU, hg::bfloat16, /*enabled=*/amp);
+      loss = (*criterion)(model->forward(x), y);
+    }
+    loss.backward();
+    optimizer->step();
+  };
+}
+
+std::vector<double> time_pytorch(Shape s, const char* mode, int steps, int threads) {
+  return bench::time_python(fmt::format("pytorch_cpu_mobilenet.py --mode {} --batch {} --size {} --steps {} --threads {}",
+                                        mode, s.batch, s.size, steps, threads));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int steps = 8, threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency())), only = 0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--only")) only = std::atoi(argv[i + 1]);  // an image size: 224 or 32
+  }
+  omp_set_num_threads(threads);
+  fmt::print("MobileNetV3-small training step (SGD momentum 0.9, cross-entropy, 1000 classes); {} threads\n", threads);
+  fmt::print("each variant in its own process, blocks of steps interleaved; median over all steps\n");
+  for (const Shape s : {Shape{64, 224}, Shape{256, 32}}) {
+    if (only != 0 && only != s.size) continue;
+    struct Variant {
+      std::string name;
+      std::function<std::vector<double>(int)> run;
+    };
+    std::vector<Variant> variants{
+        {"halfgrad", [s](int n) { return bench::time_in_child([s] { return make_halfgrad_step(s, false); }, n, 2); }},
+        {"halfgrad-amp", [s](int n) { return bench::time_in_child([s] { return make_halfgrad_step(s, true); }, n, 2); }},
+        {"pytorch", [s, threads](int n) { return time_pytorch(s, "float32", n, threads); }},
+        {"pytorch-amp", [s, threads](int n) { return time_pytorch(s, "amp", n, threads); }},
+    };
+    constexpr int kBlocks = 2;
+    std::map<std::string, std::vector<double>> times;
+    for (int b = 0; b < kBlocks; ++b)
+      for (auto& v : variants) {
+        auto t = v.run((steps + kBlocks - 1) / kBlocks);
+        times[v.name].insert(times[v.name].end(), t.begin(), t.end());
+      }
+    fmt::print("\nbatch {} at {}x{}\n{:<14} {:>14} {:>10}\n", s.batch, s.size, s.size, "", "median ms/step", "images/s");
+    std::map<std::string, double> med;
+    for (auto& v : variants) {
+      if (times[v.name].empty()) {
+        fmt::print("{:<14} {:>14}\n", v.name, "n/a");
+        continue;
+      }
+      med[v.name] = bench::median(times[v.name]);
+      fmt::print("{:<14} {:>14.1f} {:>10.1f}\n", v.name, med[v.name], s.batch * 1e3 / med[v.name]);
+    }
+    auto ratio = [&](const char* what, const char* a, const char* b, const char* target) {
+      if (med.count(a) && med.count(b)) fmt::print("{:<38} {:.2f}x ({})\n", what, med[a] / med[b], target);
+    };
+    ratio("float32: halfgrad / pytorch eager", "halfgrad", "pytorch", "target <= 1.00x");
+    ratio("bf16 AMP: halfgrad / pytorch eager", "halfgrad-amp", "pytorch-amp", "target <= 1.00x");
+    ratio("halfgrad AMP speed-up over float32", "halfgrad", "halfgrad-amp", "target > 1x");
+  }
+}
