@@ -7,6 +7,14 @@
 // rejects run the portable direct loops below (OpenMP over N x C; double
 // accumulation for float64, float for the others).
 //
+// Memory formats: oneDNN gets our plain NC* / OI* layouts for 1x1 stride-1
+// convolutions (a GEMM) and chooses its own blocked formats for the rest
+// (reorders around each call; 2-4x faster for depthwise and k x k layers on
+// MobileNetV3-small's shapes, benchmarks/cpu_conv.cpp). The environment
+// variable HALFGRAD_CONV_FORMAT=plain|any forces one (tests, benchmarks).
+// Primitives (and their reorders) are cached per kind, dtype, shapes,
+// geometry and format.
+//
 // Tensors are contiguous in NC* order (the op makes them so).
 #include <halfgrad/ops/kernels.h>
 
