@@ -5,7 +5,10 @@
 #             (step 20) saved as a checkpoint;
 #   resume    40 steps in one run and 20 + 20 steps with --resume give
 #             byte-identical model and optimizer files;
-#   metrics   the CSV has step and epoch rows, and the plot is drawn.
+#   metrics   the CSV has step and epoch rows, and the plot is drawn;
+#   mobilenet MobileNetV3-small (torchvision's, 10 classes) trains under bf16
+#             autocast through the same loop: the loss falls, its checkpoint
+#             holds torchvision's names, and a resumed run continues it.
 #
 #   train_classifier_test.sh <train_classifier> <case>
 set -euo pipefail
@@ -49,6 +52,23 @@ case $case_ in
     fi
     grep -q "parameters: 203,530" "$work/out" || { cat "$work/out"; echo "FAIL: no parameter count"; exit 1; }
     echo "metrics: ok"
+    ;;
+  mobilenet)
+    mn=(--model mobilenet_v3_small --amp on --lr 3e-3)
+    "$bin" "${common[@]}" "${mn[@]}" --max-steps 30 --checkpoint-dir "$work/ckpt" --checkpoint-every 30 \
+      --metrics "$work/m.csv" >"$work/out" 2>&1 || { cat "$work/out"; echo "FAIL: exit code $?"; exit 1; }
+    grep -q "parameters: 1,528,106" "$work/out" || { cat "$work/out"; echo "FAIL: not torchvision's parameter count"; exit 1; }
+    grep -q "precision: autocast bfloat16" "$work/out" || { cat "$work/out"; echo "FAIL: not under autocast"; exit 1; }
+    # the loss of the first read (steps 1-10) above that of the last (steps 21-30)
+    first=$(awk -F, '$1 == "step" { print $4; exit }' "$work/m.csv")
+    last=$(awk -F, '$1 == "step" { v = $4 } END { print v }' "$work/m.csv")
+    awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' || { cat "$work/m.csv"; echo "FAIL: loss $first -> $last"; exit 1; }
+    grep -aq '"features.0.0.weight"' "$work/ckpt/ckpt-30/model.safetensors" || { echo "FAIL: names"; exit 1; }
+    grep -aq '"features.0.1.running_var"' "$work/ckpt/ckpt-30/model.safetensors" || { echo "FAIL: BN buffers"; exit 1; }
+    "$bin" "${common[@]}" "${mn[@]}" --max-steps 35 --checkpoint-dir "$work/ckpt" --resume >"$work/out2" 2>&1 ||
+      { cat "$work/out2"; echo "FAIL: resume"; exit 1; }
+    grep -q "resumed from .*ckpt-30" "$work/out2" || { cat "$work/out2"; echo "FAIL: did not resume"; exit 1; }
+    echo "mobilenet: ok (loss $first -> $last)"
     ;;
   *) echo "unknown case $case_"; exit 2 ;;
 esac
