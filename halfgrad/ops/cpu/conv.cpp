@@ -79,13 +79,44 @@ void check_layout(const char* op, std::initializer_list<const Tensor*> ts) {
 }
 
 // ---------------------------------------------------------------------------
-// The direct loops
+// The direct loops. All three walk the same geometry: for each kernel tap, the
+// output rows (od, oh) whose input row lies inside the input, and in each row
+// the outputs ow whose input column does. They differ only in what they do
+// with a row, so the walk is written once.
+
+// Every kernel tap as fn(tap, kd, kh, kw), tap the flat index into a filter.
+template <typename Fn>
+void for_each_tap(const Problem& p, Fn&& fn) {
+  for (int64_t kd = 0; kd < p.k[0]; ++kd)
+    for (int64_t kh = 0; kh < p.k[1]; ++kh)
+      for (int64_t kw = 0; kw < p.k[2]; ++kw) fn((kd * p.k[1] + kh) * p.k[2] + kw, kd, kh, kw);
+}
+
+// For tap (kd, kh, kw): each output row that reads inside the input, as
+// fn(xo, yo, lo, hi): output ow of the row (offset yo + ow in an output plane)
+// reads input element xo + ow * stride (in an input plane), for ow in [lo, hi).
+template <typename Fn>
+void for_each_row(const Problem& p, int64_t kd, int64_t kh, int64_t kw, Fn&& fn) {
+  const int64_t cw = kw * p.d[2] - p.pb[2];
+  int64_t lo, hi;
+  valid_range(cw, p.s[2], p.in[2], p.out[2], lo, hi);
+  if (lo == hi) return;
+  for (int64_t od = 0; od < p.out[0]; ++od) {
+    const int64_t id = od * p.s[0] - p.pb[0] + kd * p.d[0];
+    if (id < 0 || id >= p.in[0]) continue;
+    for (int64_t oh = 0; oh < p.out[1]; ++oh) {
+      const int64_t ih = oh * p.s[1] - p.pb[1] + kh * p.d[1];
+      if (ih < 0 || ih >= p.in[1]) continue;
+      fn((id * p.in[1] + ih) * p.in[2] + cw, (od * p.out[1] + oh) * p.out[2], lo, hi);
+    }
+  }
+}
 
 template <typename T>
 void direct_forward(const Problem& p, const T* x, const T* w, const T* b, T* y) {
   using A = conv_acc_t<T>;
   const int64_t cig = p.groups ? p.ci / p.groups : 0, cog = p.groups ? p.co / p.groups : 0;
-  const int64_t in_plane = p.in_plane(), out_plane = p.out_plane(), kvol = p.kvol();
+  const int64_t in_plane = p.in_plane(), out_plane = p.out_plane(), kvol = p.kvol(), sw = p.s[2];
   const int64_t work = p.n * p.co * out_plane * std::max<int64_t>(cig * kvol, 1);
 #pragma omp parallel if (work >= kParallelWork)
   {
@@ -93,34 +124,17 @@ void direct_forward(const Problem& p, const T* x, const T* w, const T* b, T* y) 
 #pragma omp for collapse(2) schedule(static)
     for (int64_t n = 0; n < p.n; ++n) {
       for (int64_t oc = 0; oc < p.co; ++oc) {
-        const A init = b ? static_cast<A>(b[oc]) : A(0);
-        std::fill(acc.begin(), acc.end(), init);
+        std::fill(acc.begin(), acc.end(), b ? static_cast<A>(b[oc]) : A(0));
         const int64_t grp = oc / cog;
         for (int64_t icl = 0; icl < cig; ++icl) {
           const T* xp = x + (n * p.ci + grp * cig + icl) * in_plane;
           const T* wp = w + (oc * cig + icl) * kvol;
-          for (int64_t kd = 0; kd < p.k[0]; ++kd) {
-            for (int64_t kh = 0; kh < p.k[1]; ++kh) {
-              for (int64_t kw = 0; kw < p.k[2]; ++kw) {
-                const A wv = static_cast<A>(wp[(kd * p.k[1] + kh) * p.k[2] + kw]);
-                const int64_t cw = kw * p.d[2] - p.pb[2];
-                int64_t lo, hi;
-                valid_range(cw, p.s[2], p.in[2], p.out[2], lo, hi);
-                for (int64_t od = 0; od < p.out[0]; ++od) {
-                  const int64_t id = od * p.s[0] - p.pb[0] + kd * p.d[0];
-                  if (id < 0 || id >= p.in[0]) continue;
-                  for (int64_t oh = 0; oh < p.out[1]; ++oh) {
-                    const int64_t ih = oh * p.s[1] - p.pb[1] + kh * p.d[1];
-                    if (ih < 0 || ih >= p.in[1]) continue;
-                    const T* xr = xp + (id * p.in[1] + ih) * p.in[2] + cw;
-                    A* ar = acc.data() + (od * p.out[1] + oh) * p.out[2];
-                    const int64_t sw = p.s[2];
-                    for (int64_t ow = lo; ow < hi; ++ow) ar[ow] += wv * static_cast<A>(xr[ow * sw]);
-                  }
-                }
-              }
-            }
-          }
+          for_each_tap(p, [&](int64_t tap, int64_t kd, int64_t kh, int64_t kw) {
+            const A wv = static_cast<A>(wp[tap]);
+            for_each_row(p, kd, kh, kw, [&](int64_t xo, int64_t yo, int64_t lo, int64_t hi) {
+              for (int64_t ow = lo; ow < hi; ++ow) acc[yo + ow] += wv * static_cast<A>(xp[xo + ow * sw]);
+            });
+          });
         }
         T* yp = y + (n * p.co + oc) * out_plane;
         for (int64_t o = 0; o < out_plane; ++o) yp[o] = static_cast<T>(acc[static_cast<size_t>(o)]);
@@ -133,7 +147,7 @@ template <typename T>
 void direct_backward_data(const Problem& p, const T* dy, const T* w, T* dx) {
   using A = conv_acc_t<T>;
   const int64_t cig = p.groups ? p.ci / p.groups : 0, cog = p.groups ? p.co / p.groups : 0;
-  const int64_t in_plane = p.in_plane(), out_plane = p.out_plane(), kvol = p.kvol();
+  const int64_t in_plane = p.in_plane(), out_plane = p.out_plane(), kvol = p.kvol(), sw = p.s[2];
   const int64_t work = p.n * p.ci * out_plane * std::max<int64_t>(cog * kvol, 1);
 #pragma omp parallel if (work >= kParallelWork)
   {
@@ -147,28 +161,12 @@ void direct_backward_data(const Problem& p, const T* dy, const T* w, T* dx) {
           const int64_t oc = grp * cog + ocl;
           const T* dyp = dy + (n * p.co + oc) * out_plane;
           const T* wp = w + (oc * cig + icl) * kvol;
-          for (int64_t kd = 0; kd < p.k[0]; ++kd) {
-            for (int64_t kh = 0; kh < p.k[1]; ++kh) {
-              for (int64_t kw = 0; kw < p.k[2]; ++kw) {
-                const A wv = static_cast<A>(wp[(kd * p.k[1] + kh) * p.k[2] + kw]);
-                const int64_t cw = kw * p.d[2] - p.pb[2];
-                int64_t lo, hi;
-                valid_range(cw, p.s[2], p.in[2], p.out[2], lo, hi);
-                for (int64_t od = 0; od < p.out[0]; ++od) {
-                  const int64_t id = od * p.s[0] - p.pb[0] + kd * p.d[0];
-                  if (id < 0 || id >= p.in[0]) continue;
-                  for (int64_t oh = 0; oh < p.out[1]; ++oh) {
-                    const int64_t ih = oh * p.s[1] - p.pb[1] + kh * p.d[1];
-                    if (ih < 0 || ih >= p.in[1]) continue;
-                    A* ar = acc.data() + (id * p.in[1] + ih) * p.in[2] + cw;
-                    const T* gr = dyp + (od * p.out[1] + oh) * p.out[2];
-                    const int64_t sw = p.s[2];
-                    for (int64_t ow = lo; ow < hi; ++ow) ar[ow * sw] += wv * static_cast<A>(gr[ow]);
-                  }
-                }
-              }
-            }
-          }
+          for_each_tap(p, [&](int64_t tap, int64_t kd, int64_t kh, int64_t kw) {
+            const A wv = static_cast<A>(wp[tap]);
+            for_each_row(p, kd, kh, kw, [&](int64_t xo, int64_t yo, int64_t lo, int64_t hi) {
+              for (int64_t ow = lo; ow < hi; ++ow) acc[xo + ow * sw] += wv * static_cast<A>(dyp[yo + ow]);
+            });
+          });
         }
         T* dxp = dx + (n * p.ci + ic) * in_plane;
         for (int64_t i = 0; i < in_plane; ++i) dxp[i] = static_cast<T>(acc[static_cast<size_t>(i)]);
@@ -181,39 +179,23 @@ template <typename T>
 void direct_backward_weight(const Problem& p, const T* dy, const T* x, T* dw, T* db) {
   using A = conv_acc_t<T>;
   const int64_t cig = p.groups ? p.ci / p.groups : 0, cog = p.groups ? p.co / p.groups : 0;
-  const int64_t in_plane = p.in_plane(), out_plane = p.out_plane(), kvol = p.kvol();
+  const int64_t in_plane = p.in_plane(), out_plane = p.out_plane(), kvol = p.kvol(), sw = p.s[2];
   const int64_t work = p.n * p.co * cig * kvol * out_plane;
 #pragma omp parallel for collapse(2) schedule(static) if (work >= kParallelWork)
   for (int64_t oc = 0; oc < p.co; ++oc) {
     for (int64_t icl = 0; icl < cig; ++icl) {
       const int64_t grp = oc / cog;
-      for (int64_t kd = 0; kd < p.k[0]; ++kd) {
-        for (int64_t kh = 0; kh < p.k[1]; ++kh) {
-          for (int64_t kw = 0; kw < p.k[2]; ++kw) {
-            const int64_t cw = kw * p.d[2] - p.pb[2];
-            int64_t lo, hi;
-            valid_range(cw, p.s[2], p.in[2], p.out[2], lo, hi);
-            A acc = 0;
-            for (int64_t n = 0; n < p.n; ++n) {
-              const T* dyp = dy + (n * p.co + oc) * out_plane;
-              const T* xp = x + (n * p.ci + grp * cig + icl) * in_plane;
-              for (int64_t od = 0; od < p.out[0]; ++od) {
-                const int64_t id = od * p.s[0] - p.pb[0] + kd * p.d[0];
-                if (id < 0 || id >= p.in[0]) continue;
-                for (int64_t oh = 0; oh < p.out[1]; ++oh) {
-                  const int64_t ih = oh * p.s[1] - p.pb[1] + kh * p.d[1];
-                  if (ih < 0 || ih >= p.in[1]) continue;
-                  const T* xr = xp + (id * p.in[1] + ih) * p.in[2] + cw;
-                  const T* gr = dyp + (od * p.out[1] + oh) * p.out[2];
-                  const int64_t sw = p.s[2];
-                  for (int64_t ow = lo; ow < hi; ++ow) acc += static_cast<A>(gr[ow]) * static_cast<A>(xr[ow * sw]);
-                }
-              }
-            }
-            dw[(oc * cig + icl) * kvol + (kd * p.k[1] + kh) * p.k[2] + kw] = static_cast<T>(acc);
-          }
+      for_each_tap(p, [&](int64_t tap, int64_t kd, int64_t kh, int64_t kw) {
+        A acc = 0;
+        for (int64_t n = 0; n < p.n; ++n) {
+          const T* dyp = dy + (n * p.co + oc) * out_plane;
+          const T* xp = x + (n * p.ci + grp * cig + icl) * in_plane;
+          for_each_row(p, kd, kh, kw, [&](int64_t xo, int64_t yo, int64_t lo, int64_t hi) {
+            for (int64_t ow = lo; ow < hi; ++ow) acc += static_cast<A>(dyp[yo + ow]) * static_cast<A>(xp[xo + ow * sw]);
+          });
         }
-      }
+        dw[(oc * cig + icl) * kvol + tap] = static_cast<T>(acc);
+      });
     }
   }
   if (db) {
