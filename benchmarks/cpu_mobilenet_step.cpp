@@ -5,7 +5,7 @@
 // shape train_classifier uses for Fashion-MNIST). Each variant runs in its own
 // process, blocks of steps interleaved (cpu_bench.h); medians and ratios.
 //
-//   build/benchmarks/cpu_mobilenet_step [--steps 8] [--threads 2] [--only 32]
+//   build/benchmarks/cpu_mobilenet_step [--steps 8] [--threads 2] [--only 32] [--ours-only 1]
 #include <halfgrad.h>
 
 #include <cstring>
@@ -55,10 +55,12 @@ std::vector<double> time_pytorch(Shape s, const char* mode, int steps, int threa
 
 int main(int argc, char** argv) {
   int steps = 8, threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency())), only = 0;
+  bool ours_only = false;  // no PyTorch children (profiling our step)
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--only")) only = std::atoi(argv[i + 1]);  // an image size: 224 or 32
+    if (!std::strcmp(argv[i], "--ours-only")) ours_only = std::atoi(argv[i + 1]) != 0;
   }
   omp_set_num_threads(threads);
   fmt::print("MobileNetV3-small training step (SGD momentum 0.9, cross-entropy, 1000 classes); {} threads\n", threads);
@@ -72,9 +74,11 @@ int main(int argc, char** argv) {
     std::vector<Variant> variants{
         {"halfgrad", [s](int n) { return bench::time_in_child([s] { return make_halfgrad_step(s, false); }, n, 2); }},
         {"halfgrad-amp", [s](int n) { return bench::time_in_child([s] { return make_halfgrad_step(s, true); }, n, 2); }},
-        {"pytorch", [s, threads](int n) { return time_pytorch(s, "float32", n, threads); }},
-        {"pytorch-amp", [s, threads](int n) { return time_pytorch(s, "amp", n, threads); }},
     };
+    if (!ours_only) {
+      variants.push_back({"pytorch", [s, threads](int n) { return time_pytorch(s, "float32", n, threads); }});
+      variants.push_back({"pytorch-amp", [s, threads](int n) { return time_pytorch(s, "amp", n, threads); }});
+    }
     constexpr int kBlocks = 2;
     std::map<std::string, std::vector<double>> times;
     for (int b = 0; b < kBlocks; ++b)
