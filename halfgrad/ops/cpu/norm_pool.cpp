@@ -328,8 +328,28 @@ void adaptive_avg_pool2d(const Tensor& x, const Tensor& y) {
   });
 }
 
+namespace {
+// One axis of an adaptive pool, looked up instead of recomputed per element
+// (each lookup is two or three 64-bit divisions): the windows i in [lo, hi]
+// that contain input position p, and each window's [start, end).
+struct AdaptiveAxis {
+  std::vector<math::OutRange> containing;  // per input position
+  std::vector<int64_t> start, end;         // per window
+  AdaptiveAxis(int64_t in, int64_t out) : containing(static_cast<size_t>(in)), start(static_cast<size_t>(out)),
+                                          end(static_cast<size_t>(out)) {
+    if (out == 0) return;
+    for (int64_t p = 0; p < in; ++p) containing[static_cast<size_t>(p)] = math::adaptive_containing(p, in, out);
+    for (int64_t i = 0; i < out; ++i) {
+      start[static_cast<size_t>(i)] = math::adaptive_start(i, in, out);
+      end[static_cast<size_t>(i)] = math::adaptive_end(i, in, out);
+    }
+  }
+};
+}  // namespace
+
 void adaptive_avg_pool2d_backward(const Tensor& g, const Tensor& dx) {
   const auto [p, h, w, oh, ow] = planes(dx, g);
+  const AdaptiveAxis ah(h, oh), aw(w, ow);
   HG_DISPATCH_FLOATING(dx.dtype(), "adaptive_avg_pool2d_backward", [&] {
     using A = stat_t<scalar_t>;
     const scalar_t* gp = cptr<scalar_t>(g);
@@ -341,12 +361,12 @@ void adaptive_avg_pool2d_backward(const Tensor& g, const Tensor& dx) {
         for (int64_t iw = 0; iw < w; ++iw) {
           A acc = 0;
           if (oh > 0 && ow > 0) {
-            const math::OutRange rh = math::adaptive_containing(ih, h, oh);
-            const math::OutRange rw = math::adaptive_containing(iw, w, ow);
+            const math::OutRange rh = ah.containing[static_cast<size_t>(ih)];
+            const math::OutRange rw = aw.containing[static_cast<size_t>(iw)];
             for (int64_t i = rh.lo; i <= rh.hi; ++i) {
-              const int64_t h0 = math::adaptive_start(i, h, oh), h1 = math::adaptive_end(i, h, oh);
+              const int64_t h0 = ah.start[static_cast<size_t>(i)], h1 = ah.end[static_cast<size_t>(i)];
               for (int64_t j = rw.lo; j <= rw.hi; ++j) {
-                const int64_t w0 = math::adaptive_start(j, w, ow), w1 = math::adaptive_end(j, w, ow);
+                const int64_t w0 = aw.start[static_cast<size_t>(j)], w1 = aw.end[static_cast<size_t>(j)];
                 if (ih < h0 || ih >= h1 || iw < w0 || iw >= w1) continue;
                 acc += static_cast<A>(gp[base + i * ow + j]) / static_cast<A>((h1 - h0) * (w1 - w0));
               }
