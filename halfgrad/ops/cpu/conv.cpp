@@ -324,7 +324,8 @@ struct Declined {};
 // oneDNN 2.6 runs a grouped convolution its depthwise JIT kernel cannot take
 // (a 5x5 kernel on MobileNetV3's 1x1 and 2x2 maps) as one im2col + GEMM per
 // group: 40 ms for a [256, 576, 1, 1] depthwise conv whose direct loop, which
-// skips the taps that fall in the padding, takes well under a millisecond.
+// skips the taps that fall in the padding, takes well under a millisecond. At
+// 224x224 the direct loop and oneDNN's GEMM route measured the same.
 void decline_grouped_gemm(const Problem& p, const char* impl) {
   if (p.groups > 1 && std::string_view(impl).find("gemm") != std::string_view::npos) throw Declined{};
 }
@@ -483,10 +484,13 @@ Format format_for(const Problem& p, DType dt) {
   // plain formats oneDNN 2.6 runs every conv as im2col + GEMM, 3-6x slower
   // than its blocked direct kernels for depthwise and k x k convolutions even
   // with the reorders; a 1x1 stride-1 conv is a plain GEMM already, and the
-  // reorders would only add to it, in float32. In bfloat16 the blocked
-  // formats' AMX kernels win for pointwise convs too once the maps are small
-  // (MobileNetV3-small's b256 32x32 step: 121 against 140 ms; equal at 224x224).
-  bool pointwise = dt == DType::Float32 && p.groups == 1 && p.kvol() == 1;
+  // reorders would only add to it. Except in bfloat16 on tiny maps: a plain
+  // 1x1 conv is one small GEMM per image, and below 7x7 (MobileNetV3-small's
+  // 32x32 inputs end at 4x4 .. 1x1) the blocked AMX kernels with their
+  // reorders win (b256 32x32 step: 104 ms, all plain 113); at 224x224, where
+  // every pointwise map is 7x7 or more, plain wins (716 against 779 ms blocked).
+  constexpr int64_t kMinPlainBf16Plane = 7 * 7;
+  bool pointwise = (dt == DType::Float32 || p.out_plane() >= kMinPlainBf16Plane) && p.groups == 1 && p.kvol() == 1;
   for (int i = 0; i < 3; ++i) pointwise = pointwise && p.s[i] == 1 && p.pb[i] == 0 && p.pa[i] == 0;
   return pointwise ? Format::Plain : Format::Any;
 }
