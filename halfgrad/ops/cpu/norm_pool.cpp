@@ -45,6 +45,32 @@ NCS ncs(const Tensor& x) {
 
 constexpr int64_t kParallelWork = 32768;
 
+// Row sums in kLanes running sums that the compiler keeps in one vector
+// register (each lane adds its own elements in order, so no reassociation is
+// needed to vectorise, and the result does not depend on the ISA), the lanes
+// then added pairwise: a single running float sum does not vectorise under
+// -ffp-contract=off without -ffast-math, and was most of batch norm's time.
+constexpr int kLanes = 16;
+
+template <typename A>
+A add_lanes(A (&lanes)[kLanes], A tail) {
+  for (int w = kLanes / 2; w > 0; w /= 2)
+    for (int l = 0; l < w; ++l) lanes[l] += lanes[l + w];
+  return lanes[0] + tail;
+}
+
+// sum of f(j) for j in [0, s)
+template <typename A, typename F>
+A lane_sum(int64_t s, const F& f) {
+  A lanes[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= s; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) lanes[l] += f(j + l);
+  A tail = 0;
+  for (; j < s; ++j) tail += f(j);
+  return add_lanes(lanes, tail);
+}
+
 }  // namespace
 
 void batch_norm_stats(const Tensor& x, double eps, const Tensor& mean, const Tensor& invstd,
@@ -64,21 +90,17 @@ void batch_norm_stats(const Tensor& x, double eps, const Tensor& mean, const Ten
       double total = 0;
       for (int64_t i = 0; i < n; ++i) {
         const scalar_t* row = xp + (i * c + ch) * s;
-        A part = 0;
-        for (int64_t j = 0; j < s; ++j) part += static_cast<A>(row[j]);
-        total += static_cast<double>(part);
+        total += static_cast<double>(lane_sum<A>(s, [row](int64_t j) { return static_cast<A>(row[j]); }));
       }
       const double m = total / static_cast<double>(count);
       const A ma = static_cast<A>(m);
       double sq = 0;
       for (int64_t i = 0; i < n; ++i) {
         const scalar_t* row = xp + (i * c + ch) * s;
-        A part = 0;
-        for (int64_t j = 0; j < s; ++j) {
+        sq += static_cast<double>(lane_sum<A>(s, [row, ma](int64_t j) {
           const A d = static_cast<A>(row[j]) - ma;
-          part += d * d;
-        }
-        sq += static_cast<double>(part);
+          return d * d;
+        }));
       }
       const double var = sq / static_cast<double>(count);
       mp[ch] = ma;
@@ -140,14 +162,23 @@ void batch_norm_backward(const Tensor& g, const Tensor& x, const Tensor& mean, c
         for (int64_t i = 0; i < n; ++i) {
           const scalar_t* xr = xp + (i * c + ch) * s;
           const scalar_t* gr = gp + (i * c + ch) * s;
-          A pg = 0, pgx = 0;
-          for (int64_t j = 0; j < s; ++j) {
+          // both sums in one pass, each in its own lanes (lane_sum's scheme)
+          A lg[kLanes] = {}, lgx[kLanes] = {};
+          int64_t j = 0;
+          for (; j + kLanes <= s; j += kLanes)
+            for (int l = 0; l < kLanes; ++l) {
+              const A gv = static_cast<A>(gr[j + l]);
+              lg[l] += gv;
+              lgx[l] += gv * (static_cast<A>(xr[j + l]) - m);
+            }
+          A tail_g = 0, tail_gx = 0;
+          for (; j < s; ++j) {
             const A gv = static_cast<A>(gr[j]);
-            pg += gv;
-            pgx += gv * (static_cast<A>(xr[j]) - m);
+            tail_g += gv;
+            tail_gx += gv * (static_cast<A>(xr[j]) - m);
           }
-          tg += static_cast<double>(pg);
-          tgx += static_cast<double>(pgx);
+          tg += static_cast<double>(add_lanes(lg, tail_g));
+          tgx += static_cast<double>(add_lanes(lgx, tail_gx));
         }
         sum_g[static_cast<size_t>(ch)] = tg;
         sum_gx[static_cast<size_t>(ch)] = tgx;
