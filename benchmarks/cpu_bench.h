@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -30,29 +31,55 @@ inline double time_ms(const std::function<void()>& f) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Builds a step with `make` in a child process, warms it up, times `steps`
-// calls and returns the milliseconds of each (empty when the child failed).
-inline std::vector<double> time_in_child(const std::function<std::function<void()>()>& make, int steps,
-                                         int warmup = 8) {
+// Runs `body` in a child process and returns the numbers it produced (empty
+// when the child failed): each variant gets a process of its own.
+inline std::vector<double> in_child(const std::function<std::vector<double>()>& body) {
   int fd[2];
   if (pipe(fd) != 0) return {};
   const pid_t pid = fork();
   if (pid == 0) {
     close(fd[0]);
+    const std::vector<double> t = body();
+    const uint64_t n = t.size();
+    bool ok = write(fd[1], &n, sizeof n) == static_cast<ssize_t>(sizeof n);
+    const auto bytes = static_cast<ssize_t>(t.size() * sizeof(double));
+    ok = ok && write(fd[1], t.data(), t.size() * sizeof(double)) == bytes;
+    _exit(ok ? 0 : 1);
+  }
+  close(fd[1]);
+  auto read_all = [&](void* dst, size_t bytes) {
+    size_t got = 0;
+    while (got < bytes) {
+      const ssize_t r = read(fd[0], static_cast<char*>(dst) + got, bytes - got);
+      if (r <= 0) return false;
+      got += static_cast<size_t>(r);
+    }
+    return true;
+  };
+  uint64_t n = 0;
+  std::vector<double> t;
+  if (read_all(&n, sizeof n) && n < (uint64_t(1) << 32)) {
+    t.resize(n);
+    if (!read_all(t.data(), n * sizeof(double))) t.clear();
+  }
+  close(fd[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) t.clear();
+  return t;
+}
+
+// Builds a step with `make` in a child process, warms it up, times `steps`
+// calls and returns the milliseconds of each (empty when the child failed).
+inline std::vector<double> time_in_child(const std::function<std::function<void()>()>& make, int steps,
+                                         int warmup = 8) {
+  return in_child([&] {
     auto step = make();
     for (int i = 0; i < warmup; ++i) step();  // primitive caches, allocator, page faults
     std::vector<double> t;
     for (int i = 0; i < steps; ++i) t.push_back(time_ms(step));
-    const auto want = static_cast<ssize_t>(t.size() * sizeof(double));
-    _exit(write(fd[1], t.data(), t.size() * sizeof(double)) == want ? 0 : 1);
-  }
-  close(fd[1]);
-  std::vector<double> t(static_cast<size_t>(steps));
-  const ssize_t got = read(fd[0], t.data(), t.size() * sizeof(double));
-  close(fd[0]);
-  waitpid(pid, nullptr, 0);
-  if (got != static_cast<ssize_t>(t.size() * sizeof(double))) return {};
-  return t;
+    return t;
+  });
 }
 
 // Runs a Python benchmark script of this folder with PyTorch 1.13 (Debian's

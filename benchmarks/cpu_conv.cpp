@@ -21,8 +21,8 @@
 #include <vector>
 
 #include <omp.h>
-#include <sys/wait.h>
-#include <unistd.h>
+
+#include "cpu_bench.h"
 
 namespace hg = halfgrad;
 
@@ -52,20 +52,11 @@ std::vector<Shape> mobilenet_shapes() {
   return out;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
 using Times = std::vector<std::vector<double>>;  // per shape, per step (ms)
 
 // halfgrad in a child process: `steps` timed steps per shape (after 2 warm-up steps).
 Times time_halfgrad(const std::vector<Shape>& shapes, bool amp, int steps, int batch) {
-  int fd[2];
-  if (pipe(fd) != 0) return {};
-  const pid_t pid = fork();
-  if (pid == 0) {
-    close(fd[0]);
+  const std::vector<double> flat = bench::in_child([&] {
     hg::manual_seed(0);
     // Build every layer first, then time step by step across the layers, so
     // a burst of load from elsewhere on the machine hits all shapes alike.
@@ -97,30 +88,14 @@ Times time_halfgrad(const std::vector<Shape>& shapes, bool amp, int steps, int b
     };
     for (int i = 0; i < 2; ++i)
       for (Layer& l : layers) step(l);
-    std::vector<double> flat(shapes.size() * static_cast<size_t>(steps));
-    for (int i = 0; i < steps; ++i) {
-      for (size_t j = 0; j < layers.size(); ++j) {
-        const auto t0 = std::chrono::steady_clock::now();
-        step(layers[j]);
-        flat[j * static_cast<size_t>(steps) + static_cast<size_t>(i)] =
-            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      }
-    }
-    const ssize_t want = static_cast<ssize_t>(flat.size() * sizeof(double));
-    _exit(write(fd[1], flat.data(), flat.size() * sizeof(double)) == want ? 0 : 1);
-  }
-  close(fd[1]);
-  std::vector<double> flat(shapes.size() * static_cast<size_t>(steps));
-  size_t got = 0;
-  while (got < flat.size() * sizeof(double)) {
-    const ssize_t r = read(fd[0], reinterpret_cast<char*>(flat.data()) + got, flat.size() * sizeof(double) - got);
-    if (r <= 0) break;
-    got += static_cast<size_t>(r);
-  }
-  close(fd[0]);
-  waitpid(pid, nullptr, 0);
+    std::vector<double> out(shapes.size() * static_cast<size_t>(steps));
+    for (int i = 0; i < steps; ++i)
+      for (size_t j = 0; j < layers.size(); ++j)
+        out[j * static_cast<size_t>(steps) + static_cast<size_t>(i)] = bench::time_ms([&] { step(layers[j]); });
+    return out;
+  });
   Times t(shapes.size());
-  if (got != flat.size() * sizeof(double)) return t;
+  if (flat.size() != shapes.size() * static_cast<size_t>(steps)) return t;
   for (size_t i = 0; i < shapes.size(); ++i)
     t[i].assign(flat.begin() + static_cast<long>(i) * steps, flat.begin() + static_cast<long>(i + 1) * steps);
   return t;
@@ -177,7 +152,7 @@ int main(int argc, char** argv) {
   double total[4] = {0, 0, 0, 0};
   for (size_t i = 0; i < shapes.size(); ++i) {
     double m[4];
-    for (int v = 0; v < 4; ++v) total[v] += (m[v] = median(all[v][i]));
+    for (int v = 0; v < 4; ++v) total[v] += (m[v] = bench::median(all[v][i]));
     fmt::print("{:<32} {:>9.3f} {:>9.3f} {:>6.2f}   {:>9.3f} {:>9.3f} {:>6.2f}\n", shapes[i].str(), m[0], m[1],
                m[1] > 0 ? m[0] / m[1] : 0.0, m[2], m[3], m[3] > 0 ? m[2] / m[3] : 0.0);
   }
