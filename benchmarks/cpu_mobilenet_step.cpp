@@ -6,6 +6,11 @@
 // process, blocks of steps interleaved (cpu_bench.h); medians and ratios.
 //
 //   build/benchmarks/cpu_mobilenet_step [--steps 8] [--threads 2] [--only 32] [--ours-only 1]
+//                                       [--channels-last 1] [--mode float32|amp]
+//
+// --channels-last 1 runs both frameworks on channels-last images (PyTorch's
+// model.to(memory_format=torch.channels_last) too; our conv weights stay
+// row-major, docs/convnets.md).
 #include <halfgrad.h>
 
 #include <cstring>
@@ -26,12 +31,13 @@ struct Shape {
   int batch, size;
 };
 
-std::function<void()> make_halfgrad_step(Shape s, bool amp) {
+std::function<void()> make_halfgrad_step(Shape s, bool amp, bool channels_last) {
   hg::manual_seed(0);
   auto model = hg::nn::models::mobilenet_v3_small();
   auto optimizer = std::make_shared<hg::optim::SGD>(model->parameters(), hg::optim::SGDOptions{.lr = 0.01, .momentum = 0.9});
   auto criterion = std::make_shared<hg::nn::CrossEntropyLoss>();
   auto x = hg::randn({s.batch, 3, s.size, s.size});
+  if (channels_last) x = x.contiguous(hg::MemoryFormat::ChannelsLast);
   auto y = hg::randint(0, 1000, {s.batch});
   return [=] {
     optimizer->zero_grad(/*set_to_none=*/true);
@@ -46,9 +52,10 @@ std::function<void()> make_halfgrad_step(Shape s, bool amp) {
   };
 }
 
-std::vector<double> time_pytorch(Shape s, const char* mode, int steps, int threads) {
-  return bench::time_python(fmt::format("pytorch_cpu_mobilenet.py --mode {} --batch {} --size {} --steps {} --threads {}",
-                                        mode, s.batch, s.size, steps, threads));
+std::vector<double> time_pytorch(Shape s, const char* mode, int steps, int threads, bool channels_last) {
+  return bench::time_python(
+      fmt::format("pytorch_cpu_mobilenet.py --mode {} --batch {} --size {} --steps {} --threads {} --channels-last {}",
+                  mode, s.batch, s.size, steps, threads, channels_last ? 1 : 0));
 }
 
 }  // namespace
@@ -56,15 +63,20 @@ std::vector<double> time_pytorch(Shape s, const char* mode, int steps, int threa
 int main(int argc, char** argv) {
   int steps = 8, threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency())), only = 0;
   bool ours_only = false;  // no PyTorch children (profiling our step)
+  bool cl = false;
+  std::string mode;  // empty: both
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--only")) only = std::atoi(argv[i + 1]);  // an image size: 224 or 32
     if (!std::strcmp(argv[i], "--ours-only")) ours_only = std::atoi(argv[i + 1]) != 0;
+    if (!std::strcmp(argv[i], "--channels-last")) cl = std::atoi(argv[i + 1]) != 0;
+    if (!std::strcmp(argv[i], "--mode")) mode = argv[i + 1];
   }
   omp_set_num_threads(threads);
   fmt::print("MobileNetV3-small training step (SGD momentum 0.9, cross-entropy, 1000 classes); {} threads\n", threads);
   fmt::print("each variant in its own process, blocks of steps interleaved; median over all steps\n");
+  fmt::print("images in {}\n", cl ? "channels-last (NHWC) memory" : "row-major (NCHW) memory");
   for (const Shape s : {Shape{64, 224}, Shape{256, 32}}) {
     if (only != 0 && only != s.size) continue;
     struct Variant {
@@ -72,12 +84,15 @@ int main(int argc, char** argv) {
       std::function<std::vector<double>(int)> run;
     };
     std::vector<Variant> variants{
-        {"halfgrad", [s](int n) { return bench::time_in_child([s] { return make_halfgrad_step(s, false); }, n, 2); }},
-        {"halfgrad-amp", [s](int n) { return bench::time_in_child([s] { return make_halfgrad_step(s, true); }, n, 2); }},
+        {"halfgrad", [s, cl](int n) { return bench::time_in_child([s, cl] { return make_halfgrad_step(s, false, cl); }, n, 2); }},
+        {"halfgrad-amp", [s, cl](int n) { return bench::time_in_child([s, cl] { return make_halfgrad_step(s, true, cl); }, n, 2); }},
     };
+    if (mode == "float32" || mode == "amp") variants.erase(variants.begin() + (mode == "float32" ? 1 : 0));
     if (!ours_only) {
-      variants.push_back({"pytorch", [s, threads](int n) { return time_pytorch(s, "float32", n, threads); }});
-      variants.push_back({"pytorch-amp", [s, threads](int n) { return time_pytorch(s, "amp", n, threads); }});
+      if (mode != "amp")
+        variants.push_back({"pytorch", [s, threads, cl](int n) { return time_pytorch(s, "float32", n, threads, cl); }});
+      if (mode != "float32")
+        variants.push_back({"pytorch-amp", [s, threads, cl](int n) { return time_pytorch(s, "amp", n, threads, cl); }});
     }
     constexpr int kBlocks = 2;
     std::map<std::string, std::vector<double>> times;

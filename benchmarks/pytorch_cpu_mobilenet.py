@@ -3,7 +3,7 @@
 PyTorch eager with torchvision (Debian's python3-torch 1.13 and
 python3-torchvision 0.14): SGD with momentum, cross-entropy, in float32 or
 under bfloat16 autocast (PyTorch 1.13 has no CPU GradScaler; bfloat16 needs
-none). Prints the time of each step in milliseconds, one per line."""
+none), in NCHW or channels-last (--channels-last 1). Prints the time of each step in milliseconds, one per line."""
 import argparse
 import time
 
@@ -18,6 +18,7 @@ p.add_argument("--size", type=int, default=224)
 p.add_argument("--classes", type=int, default=1000)
 p.add_argument("--threads", type=int, default=2)
 p.add_argument("--warmup", type=int, default=2)
+p.add_argument("--channels-last", type=int, default=0, help="1: model and input in torch.channels_last")
 args = p.parse_args()
 torch.set_num_threads(args.threads)
 torch.manual_seed(0)
@@ -27,6 +28,9 @@ model.train()
 opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 crit = torch.nn.CrossEntropyLoss()
 x = torch.randn(args.batch, 3, args.size, args.size)
+if args.channels_last:
+    model = model.to(memory_format=torch.channels_last)
+    x = x.contiguous(memory_format=torch.channels_last)
 y = torch.randint(0, args.classes, (args.batch,))
 amp = args.mode == "amp"
 

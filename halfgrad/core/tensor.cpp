@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <ostream>
@@ -71,6 +72,60 @@ int64_t Tensor::stride(int64_t d) const {
   return strides()[wrap_dim(d, dim(), "stride")];
 }
 
+std::string_view memory_format_name(MemoryFormat f) {
+  switch (f) {
+    case MemoryFormat::Contiguous: return "contiguous";
+    case MemoryFormat::ChannelsLast: return "channels_last";
+    case MemoryFormat::ChannelsLast3d: return "channels_last_3d";
+  }
+  return "?";
+}
+
+Shape strides_for(const Shape& s, MemoryFormat f, std::string_view op) {
+  if (f == MemoryFormat::Contiguous) return contiguous_strides(s);
+  const size_t rank = f == MemoryFormat::ChannelsLast ? 4 : 5;
+  HG_CHECK(s.size() == rank,
+           "{}: memory format {} needs a {}-d tensor [N, C, {}], got shape {}; use MemoryFormat::{} for a {}-d one",
+           op, memory_format_name(f), rank, rank == 4 ? "H, W" : "D, H, W", shape_str(s),
+           s.size() == 4 ? "ChannelsLast" : s.size() == 5 ? "ChannelsLast3d" : "Contiguous", s.size());
+  // memory order N, spatial..., C: C innermost, then the spatial dims last to first, then N
+  Shape st(rank);
+  int64_t acc = 1;
+  st[1] = acc;
+  acc *= std::max<int64_t>(s[1], 1);
+  for (size_t i = rank; i-- > 2;) {
+    st[i] = acc;
+    acc *= std::max<int64_t>(s[i], 1);
+  }
+  st[0] = acc;
+  return st;
+}
+
+Shape memory_order(const Shape& shape, const Shape& strides) {
+  // size-1 dims go last: their stride is arbitrary, and the loops drop them
+  Shape order, ones;
+  for (size_t d = 0; d < shape.size(); ++d) (shape[d] == 1 ? ones : order).push_back(static_cast<int64_t>(d));
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
+  order.insert(order.end(), ones.begin(), ones.end());
+  return order;
+}
+
+bool Tensor::is_contiguous(MemoryFormat f) const {
+  if (f == MemoryFormat::Contiguous) return is_contiguous();
+  if (dim() != (f == MemoryFormat::ChannelsLast ? 4 : 5)) return false;
+  if (numel() == 0) return true;
+  const Shape expected = strides_for(shape(), f);
+  for (int64_t d = 0; d < dim(); ++d)
+    if (shape()[d] != 1 && strides()[d] != expected[d]) return false;
+  return true;
+}
+
+MemoryFormat Tensor::suggest_memory_format() const {
+  if (dim() != 4 && dim() != 5) return MemoryFormat::Contiguous;
+  const MemoryFormat cl = dim() == 4 ? MemoryFormat::ChannelsLast : MemoryFormat::ChannelsLast3d;
+  return is_contiguous(cl) && !is_contiguous() ? cl : MemoryFormat::Contiguous;
+}
+
 bool Tensor::is_contiguous() const {
   if (numel() == 0) return true;  // as PyTorch: no element is out of place (strides of [2, 0] are [1, 1])
   int64_t expected = 1;
@@ -104,10 +159,14 @@ Tensor& Tensor::requires_grad_(bool r) {
 }
 
 Tensor make_tensor(const Shape& shape, TensorOptions options) {
+  return make_tensor(shape, options, MemoryFormat::Contiguous);
+}
+
+Tensor make_tensor(const Shape& shape, TensorOptions options, MemoryFormat format) {
   const int64_t nbytes = shape_nbytes(shape, options.dtype(), "empty");
   auto impl = std::make_shared<TensorImpl>();
   impl->shape = shape;
-  impl->strides = contiguous_strides(shape);
+  impl->strides = strides_for(shape, format, "empty");
   impl->dtype = options.dtype();
   impl->device = options.device();
   impl->storage = allocate_storage(static_cast<size_t>(nbytes), options.device());

@@ -40,6 +40,23 @@ int64_t shape_numel(const Shape& s, std::string_view op = "numel");
 int64_t shape_nbytes(const Shape& s, DType dtype, std::string_view op = "empty");
 Shape contiguous_strides(const Shape& s);
 
+// How a tensor's elements lie in memory, as PyTorch's torch.memory_format:
+// Contiguous is row-major [N, C, H, W]; ChannelsLast keeps a 4-d tensor's
+// channels innermost (memory order N, H, W, C: strides [HWC, 1, WC, C]),
+// ChannelsLast3d does the same for 5-d [N, C, D, H, W]. The shape (and so every
+// index) is the same in all of them; only the strides differ. Ops keep the
+// layout of their input (docs/convnets.md, "Channels-last").
+enum class MemoryFormat : uint8_t { Contiguous, ChannelsLast, ChannelsLast3d };
+// The dims of a tensor outermost first in memory (a stable sort by stride,
+// largest first): [0, 1, 2, 3] for a row-major [N, C, H, W], [0, 2, 3, 1] for
+// a channels-last one. The elementwise loops walk dims in this order of their
+// output, so every layout is walked in memory order.
+Shape memory_order(const Shape& shape, const Shape& strides);
+std::string_view memory_format_name(MemoryFormat f);
+// The strides of `s` in format f (Contiguous for a rank f does not fit); an
+// Error for ChannelsLast on a tensor that is not 4-d (5-d for ChannelsLast3d).
+Shape strides_for(const Shape& s, MemoryFormat f, std::string_view op = "contiguous");
+
 // How to make a tensor: dtype, device, requires_grad. Implicit from a DType or
 // a Device so that `randn({2, 3}, device)` and `zeros({4}, float16)` read well.
 class TensorOptions {
@@ -103,6 +120,12 @@ class Tensor {
   int64_t numel() const { return shape_numel(impl().shape); }
   int64_t offset() const { return impl().offset; }
   bool is_contiguous() const;
+  // Dense in format f: is_contiguous(ChannelsLast) on a channels-last tensor.
+  // Size-1 dims may have any stride, so a [N, C, 1, 1] tensor is both.
+  bool is_contiguous(MemoryFormat f) const;
+  // ChannelsLast(3d) when the tensor is dense channels-last and not also
+  // row-major contiguous, else Contiguous: the layout ops keep for their outputs.
+  MemoryFormat suggest_memory_format() const;
   bool is_floating_point() const { return is_floating(dtype()); }
   TensorOptions options() const { return TensorOptions(dtype(), device()); }
   // "float32[2, 3] cpu": used in every error message.
@@ -195,6 +218,9 @@ class Tensor {
 
   // --- copies and casts -------------------------------------------------
   Tensor contiguous() const;
+  // A copy in format f (this tensor when it already is): x.contiguous(
+  // MemoryFormat::ChannelsLast) is PyTorch's x.to(memory_format=torch.channels_last).
+  Tensor contiguous(MemoryFormat f) const;
   Tensor clone() const;
   Tensor to(DType dtype) const;
   Tensor to(Device device) const;
@@ -298,8 +324,9 @@ class Tensor {
   std::shared_ptr<TensorImpl> impl_;
 };
 
-// A new, uninitialised tensor (contiguous).
+// A new, uninitialised tensor (contiguous, or in `format`).
 Tensor make_tensor(const Shape& shape, TensorOptions options = {});
+Tensor make_tensor(const Shape& shape, TensorOptions options, MemoryFormat format);
 
 // `os << t` prints what fmt::format("{}", t) does (core/format.h); defined in ops/print.cpp.
 std::ostream& operator<<(std::ostream& os, const Tensor& t);

@@ -91,6 +91,11 @@ std::vector<int64_t> non_negative(std::string_view op, std::string_view what, co
   return v;
 }
 
+// The layout of a convolution's activations (input, output and their
+// gradients): channels-last when the input is, as in PyTorch; the weight is
+// given to the kernels row-major.
+MemoryFormat activation_format(const Tensor& x) { return x.suggest_memory_format(); }
+
 // Adds bias [C] to y [N, C, *] in place (inside a forward: no autograd).
 void add_bias(const Tensor& y, const Tensor& bias) {
   Shape bshape(static_cast<size_t>(y.dim()), 1);
@@ -152,25 +157,27 @@ Tensor conv_nd(OpId id, int nd, const Tensor& input, const Tensor& weight, const
       id, {x, weight, bias},
       [op, g, out_shape](const std::vector<Tensor>& in) {
         check_dtypes(op, in[0], in[1], in[2]);
-        const Tensor x = in[0].contiguous(), w = in[1].contiguous();
+        const MemoryFormat f = activation_format(in[0]);
+        const Tensor x = in[0].contiguous(f), w = in[1].contiguous();
         const Tensor b = in[2].defined() ? in[2].contiguous() : Tensor();
-        Tensor y = make_tensor(out_shape, x.options());
+        Tensor y = make_tensor(out_shape, x.options(), f);
         kernels::conv_forward(x, w, b, g, y);
         return y;
       },
       [g](const Saved& s, const Tensor& grad) -> Grads {
-        const Tensor dy = grad.contiguous();
+        const MemoryFormat f = activation_format(s.input(0));
+        const Tensor dy = grad.contiguous(f);
         const bool has_bias = s.input(2).defined();
         Tensor dx, dw, db;
         if (s.needs_grad[0]) {
-          dx = make_tensor(s.input(0).shape(), dy.options());
+          dx = make_tensor(s.input(0).shape(), dy.options(), f);
           kernels::conv_backward_data(dy, s.input(1).contiguous(), g, dx);
         }
         const bool want_db = has_bias && s.needs_grad[2];
         if (s.needs_grad[1]) {
           dw = make_tensor(s.input(1).shape(), dy.options());
           if (want_db) db = make_tensor({dw.shape()[0]}, dy.options());
-          kernels::conv_backward_weight(dy, s.input(0).contiguous(), g, dw, db);
+          kernels::conv_backward_weight(dy, s.input(0).contiguous(f), g, dw, db);
         } else if (want_db) {
           db = bias_grad(dy);
         }
@@ -221,22 +228,24 @@ Tensor conv_transpose_nd(OpId id, int nd, const Tensor& input, const Tensor& wei
       id, {x, weight, bias},
       [op, g, out_shape](const std::vector<Tensor>& in) {
         check_dtypes(op, in[0], in[1], in[2]);
-        const Tensor x = in[0].contiguous(), w = in[1].contiguous();
-        Tensor y = make_tensor(out_shape, x.options());
+        const MemoryFormat f = activation_format(in[0]);
+        const Tensor x = in[0].contiguous(f), w = in[1].contiguous();
+        Tensor y = make_tensor(out_shape, x.options(), f);
         kernels::conv_backward_data(x, w, g, y);
         if (in[2].defined()) add_bias(y, in[2]);
         return y;
       },
       [g](const Saved& s, const Tensor& grad) -> Grads {
-        const Tensor gy = grad.contiguous();
+        const MemoryFormat f = activation_format(s.input(0));
+        const Tensor gy = grad.contiguous(f);
         Tensor dx, dw, db;
         if (s.needs_grad[0]) {
-          dx = make_tensor(s.input(0).shape(), gy.options());
+          dx = make_tensor(s.input(0).shape(), gy.options(), f);
           kernels::conv_forward(gy, s.input(1).contiguous(), Tensor(), g, dx);
         }
         if (s.needs_grad[1]) {
           dw = make_tensor(s.input(1).shape(), gy.options());
-          kernels::conv_backward_weight(s.input(0).contiguous(), gy, g, dw, Tensor());
+          kernels::conv_backward_weight(s.input(0).contiguous(f), gy, g, dw, Tensor());
         }
         if (s.input(2).defined() && s.needs_grad[2]) db = bias_grad(gy);
         return {dx, dw, db};

@@ -37,7 +37,7 @@ Tensor scalar_like(const Tensor& t, double value) {
 }
 
 Tensor binary_kernel(BinaryOp op, const Tensor& a, const Tensor& b, const Shape& shape, double alpha = 1.0) {
-  Tensor out = make_tensor(shape, a.options());
+  Tensor out = make_tensor(shape, a.options(), ops::output_format(shape, {&a, &b}));
   kernels::binary(op, ops::broadcast_to(a, shape), ops::broadcast_to(b, shape), out, alpha);
   return out;
 }
@@ -62,7 +62,7 @@ Tensor unary_op(OpId id, UnaryOp op, const Tensor& a0, dispatch::Backward backwa
   return dispatch::call(
       id, {a},
       [op, p](const std::vector<Tensor>& in) {
-        Tensor out = make_tensor(in[0].shape(), in[0].options());
+        Tensor out = ops::empty_like(in[0], in[0].options());
         kernels::unary(op, in[0], out, p);
         return out;
       },
@@ -75,7 +75,7 @@ Tensor compare_op(OpId id, BinaryOp op, const Tensor& a0, const Tensor& b0) {
   auto [a, b] = promoted(a0, b0, false);
   const Shape shape = ops::broadcast_shapes(name, a.shape(), b.shape());
   return dispatch::call_nograd(id, {a, b}, [op, shape](const std::vector<Tensor>& in) {
-    Tensor out = make_tensor(shape, TensorOptions(DType::Bool, in[0].device()));
+    Tensor out = make_tensor(shape, TensorOptions(DType::Bool, in[0].device()), ops::output_format(shape, {&in[0], &in[1]}));
     kernels::binary(op, ops::broadcast_to(in[0], shape), ops::broadcast_to(in[1], shape), out);
     return out;
   });
@@ -267,7 +267,7 @@ Tensor sqrt(const Tensor& a) {
 Tensor abs(const Tensor& a) {
   return unary_op(OpId::abs, UnaryOp::Abs, a,
                   [](const Saved& s, const Tensor& g) -> Grads {
-                    Tensor sign = make_tensor(s.input(0).shape(), s.input(0).options());
+                    Tensor sign = ops::empty_like(s.input(0), s.input(0).options());
                     kernels::unary(UnaryOp::Sign, s.input(0), sign);
                     return {mul(g, sign)};
                   },
@@ -455,7 +455,8 @@ Tensor clamp(const Tensor& a0, const std::optional<Tensor>& min0, const std::opt
         Tensor t = ops::broadcast_to(in[0], shape);
         if (has_min) t = binary_kernel(BinaryOp::Maximum, t, in[1], shape);
         if (has_max) t = binary_kernel(BinaryOp::Minimum, t, in[has_min ? 2 : 1], shape);
-        return t.is_contiguous() ? t : t.contiguous();
+        const MemoryFormat f = ops::output_format(shape, {&in[0]});
+        return t.is_contiguous(f) ? t : t.contiguous(f);
       },
       [has_min, has_max](const Saved& s, const Tensor& g) -> Grads {
         // PyTorch's clamp_backward / clamp_backward_min_max
@@ -525,7 +526,7 @@ Tensor where(const Tensor& cond, const Tensor& a0, const Tensor& b0) {
   return dispatch::call(
       OpId::where, {cond, a, b},
       [shape](const std::vector<Tensor>& in) {
-        Tensor out = make_tensor(shape, in[1].options());
+        Tensor out = make_tensor(shape, in[1].options(), ops::output_format(shape, {&in[1], &in[2], &in[0]}));
         kernels::where(ops::broadcast_to(in[0], shape), ops::broadcast_to(in[1], shape),
                        ops::broadcast_to(in[2], shape), out);
         return out;

@@ -6,6 +6,7 @@
 
 #include <halfgrad/core/cuda/runtime.h>
 #include <halfgrad/ops/cpu/cpu_kernels.h>
+#include <halfgrad/ops/util.h>
 #if HALFGRAD_WITH_CUDA
 #include <halfgrad/ops/cuda/cuda_kernels.h>
 #include <halfgrad/ops/cuda/gemm.h>
@@ -48,26 +49,34 @@ void copy(const Tensor& dst, const Tensor& src) {
     return;
   }
   if (dst.numel() == 0) return;
-  // Between host and device: bytes move contiguously in one dtype; a cast or
-  // a strided layout is done on the side that has the data.
+  // Between host and device: bytes move as one block in one dtype and one
+  // layout (row-major or channels-last); a cast or a strided layout is done on
+  // the side that has the data.
   const int device = dst.device().is_cuda() ? dst.device().index() : src.device().index();
-  if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
+  const auto same_block = [](const Tensor& a, const Tensor& b) {
+    return a.dtype() == b.dtype() && a.strides() == b.strides() && ops::non_overlapping_and_dense(a) &&
+           ops::non_overlapping_and_dense(b);
+  };
+  if (same_block(dst, src) || (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous())) {
     cuda::copy_bytes(dst.data_ptr(), dst.device().is_cuda(), src.data_ptr(), src.device().is_cuda(),
                      static_cast<size_t>(src.numel()) * itemsize(src.dtype()), device);
     return;
   }
-  if (src.device().is_cpu()) {  // host -> device: cast/pack on the host, then move
-    Tensor staged = make_tensor(src.shape(), TensorOptions(dst.dtype(), Device::cpu()));
+  if (src.device().is_cpu()) {  // host -> device: cast/pack on the host in dst's layout, then move
+    const MemoryFormat f = dst.suggest_memory_format();
+    Tensor staged = make_tensor(src.shape(), TensorOptions(dst.dtype(), Device::cpu()), f);
     cpu::copy(staged, src);
-    if (dst.is_contiguous()) return copy(dst, staged);
-    Tensor moved = make_tensor(src.shape(), TensorOptions(dst.dtype(), dst.device()));
+    if (same_block(dst, staged)) return copy(dst, staged);
+    Tensor moved = make_tensor(src.shape(), TensorOptions(dst.dtype(), dst.device()), f);
     copy(moved, staged);
     return copy(dst, moved);  // device-side strided copy
   }
-  // device -> host: pack on the device in the source dtype, move, cast on the host
-  Tensor packed = src.is_contiguous() ? src : make_tensor(src.shape(), src.options());
-  if (!src.is_contiguous()) copy(packed, src);
-  Tensor host = make_tensor(src.shape(), TensorOptions(src.dtype(), Device::cpu()));
+  // device -> host: pack on the device in the source dtype and layout, move, cast on the host
+  const MemoryFormat f = src.suggest_memory_format();
+  const bool packed_already = ops::non_overlapping_and_dense(src) && src.is_contiguous(f);
+  Tensor packed = packed_already ? src : make_tensor(src.shape(), src.options(), f);
+  if (!packed_already) copy(packed, src);
+  Tensor host = make_tensor(src.shape(), TensorOptions(src.dtype(), Device::cpu()), f);
   copy(host, packed);
   cpu::copy(dst, host);
 }

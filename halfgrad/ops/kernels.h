@@ -136,8 +136,9 @@ void conv_backward_weight(const Tensor& dy, const Tensor& x, const ConvGeometry&
 // CUDA: ops/cuda/batch_norm.cu and ops/cuda/pool.cu; per-element math shared in
 // ops/norm_pool_math.h).
 //
-// Batch norm: x, g, y, dx are contiguous [N, C, S] (S: the product of the spatial
-// dims, 1 for [N, C]) in one floating dtype T. Every per-channel tensor ([C]:
+// Batch norm: x, g, y, dx are dense [N, C, S] (S: the product of the spatial
+// dims, 1 for [N, C]) in one floating dtype T and one layout: row-major, or
+// channels-last ([N, S, C] in memory). Every per-channel tensor ([C]:
 // mean, invstd, weight, bias, running stats, dweight, dbias) is contiguous in the
 // statistics dtype A = float64 for float64 x, else float32: the op converts
 // weights and running stats before and after. Sums accumulate in A (the CPU:
@@ -162,8 +163,9 @@ void batch_norm_backward(const Tensor& g, const Tensor& x, const Tensor& mean, c
                          const Tensor& weight, bool training, const Tensor& dx, const Tensor& dweight,
                          const Tensor& dbias);
 
-// Pooling over the last two dims of contiguous [P, H, W] planes (P = N * C) into
-// [P, OH, OW]; the op has computed OH, OW by PyTorch's rules and checked them.
+// Pooling over the last two dims of [P, H, W] planes (P = N * C) into
+// [P, OH, OW], both dense in one layout: row-major, or channels-last for 4-d
+// tensors (math::PlaneLayout); indices are in the output's layout; the op has computed OH, OW by PyTorch's rules and checked them.
 // Window (oh, ow) starts at (oh * stride - padding) and has kernel taps spaced by
 // dilation (max pooling only; average pooling has dilation 1). Float dtypes;
 // half types compute in float32, float64 in float64; each output rounds once.

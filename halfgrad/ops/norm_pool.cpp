@@ -74,7 +74,7 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
   return dispatch::call(
       OpId::batch_norm, {input, weight, bias},
       [rm, rv, training, momentum, eps, c, per_channel](const std::vector<Tensor>& in) {
-        const Tensor x = in[0].is_contiguous() ? in[0] : in[0].contiguous();
+        const Tensor x = in[0].contiguous(in[0].suggest_memory_format());  // row-major or channels-last
         const DType a = stat_dtype(x.dtype());
         const TensorOptions stat_opts(a, x.device());
         const Tensor w = as_stat(in[1], a), b = as_stat(in[2], a);
@@ -101,7 +101,7 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
           mean = rm.dtype() == a ? rm.clone() : as_stat(rm, a);
           invstd = pow(add(as_stat(rv, a), eps), -0.5);
         }
-        Tensor y = make_tensor(x.shape(), x.options());
+        Tensor y = ops::empty_like(x, x.options());
         kernels::batch_norm_forward(x, mean, invstd, w, b, y);
         if (dispatch::recording()) {
           dispatch::save_for_backward(mean);
@@ -110,14 +110,15 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
         return y;
       },
       [training, c](const Saved& s, const Tensor& g) -> Grads {
-        const Tensor x = s.input(0).contiguous();
+        const MemoryFormat f = s.input(0).suggest_memory_format();
+        const Tensor x = s.input(0).contiguous(f);
         const DType a = stat_dtype(x.dtype());
         const Tensor w = as_stat(s.input(1), a);
         const TensorOptions stat_opts(a, x.device());
-        Tensor dx = s.needs_grad[0] ? make_tensor(x.shape(), x.options()) : Tensor();
+        Tensor dx = s.needs_grad[0] ? make_tensor(x.shape(), x.options(), f) : Tensor();
         Tensor dw = s.input(1).defined() && s.needs_grad[1] ? make_tensor({c}, stat_opts) : Tensor();
         Tensor db = s.input(2).defined() && s.needs_grad[2] ? make_tensor({c}, stat_opts) : Tensor();
-        kernels::batch_norm_backward(g.contiguous(), x, s.extra(0), s.extra(1), w, training, dx, dw, db);
+        kernels::batch_norm_backward(g.contiguous(f), x, s.extra(0), s.extra(1), w, training, dx, dw, db);
         return {dx, dw, db};  // the engine casts dw, db to the parameters' dtype
       },
       Save::Inputs);
@@ -196,26 +197,28 @@ PoolPlan plan_pool(const char* op, const Tensor& x, const SizeArg& kernel_size, 
   return p;
 }
 
-Tensor contig(const Tensor& t) { return t.is_contiguous() ? t : t.contiguous(); }
+// The pools keep their input's layout: row-major, or channels-last for a 4-d input.
+Tensor dense(const Tensor& t, MemoryFormat f) { return t.contiguous(f); }
 
 }  // namespace
 
 Tensor max_pool2d(const Tensor& input, SizeArg kernel_size, std::optional<SizeArg> stride, SizeArg padding,
                   SizeArg dilation, bool ceil_mode) {
   const PoolPlan p = plan_pool("max_pool2d", input, kernel_size, stride, padding, dilation, ceil_mode);
+  const MemoryFormat f = input.suggest_memory_format();
   return dispatch::call(
       OpId::max_pool2d, {input},
-      [p](const std::vector<Tensor>& in) {
-        const Tensor x = contig(in[0]);
-        Tensor y = make_tensor(p.out_shape, x.options());
-        Tensor idx = make_tensor(p.out_shape, TensorOptions(DType::Int64, x.device()));
+      [p, f](const std::vector<Tensor>& in) {
+        const Tensor x = dense(in[0], f);
+        Tensor y = make_tensor(p.out_shape, x.options(), f);
+        Tensor idx = make_tensor(p.out_shape, TensorOptions(DType::Int64, x.device()), f);
         kernels::max_pool2d(x, p.geo, y, idx);
         if (dispatch::recording()) dispatch::save_for_backward(idx);
         return y;
       },
-      [p, in_shape = input.shape()](const Saved& s, const Tensor& g) -> Grads {
-        Tensor dx = make_tensor(in_shape, g.options());
-        kernels::max_pool2d_backward(contig(g), s.extra(0), p.geo, dx);
+      [p, f, in_shape = input.shape()](const Saved& s, const Tensor& g) -> Grads {
+        Tensor dx = make_tensor(in_shape, g.options(), f);
+        kernels::max_pool2d_backward(dense(g, f), s.extra(0), p.geo, dx);
         return {dx};
       },
       Save::Nothing);
@@ -230,17 +233,18 @@ Tensor avg_pool2d(const Tensor& input, SizeArg kernel_size, std::optional<SizeAr
   PoolPlan p = plan_pool("avg_pool2d", input, kernel_size, stride, padding, 1, ceil_mode);
   p.geo.count_include_pad = count_include_pad;
   p.geo.divisor_override = divisor_override.value_or(0);
+  const MemoryFormat f = input.suggest_memory_format();
   return dispatch::call(
       OpId::avg_pool2d, {input},
-      [p](const std::vector<Tensor>& in) {
-        const Tensor x = contig(in[0]);
-        Tensor y = make_tensor(p.out_shape, x.options());
+      [p, f](const std::vector<Tensor>& in) {
+        const Tensor x = dense(in[0], f);
+        Tensor y = make_tensor(p.out_shape, x.options(), f);
         kernels::avg_pool2d(x, p.geo, y);
         return y;
       },
-      [p, in_shape = input.shape()](const Saved&, const Tensor& g) -> Grads {
-        Tensor dx = make_tensor(in_shape, g.options());
-        kernels::avg_pool2d_backward(contig(g), p.geo, dx);
+      [p, f, in_shape = input.shape()](const Saved&, const Tensor& g) -> Grads {
+        Tensor dx = make_tensor(in_shape, g.options(), f);
+        kernels::avg_pool2d_backward(dense(g, f), p.geo, dx);
         return {dx};
       },
       Save::Nothing);
@@ -255,17 +259,18 @@ Tensor adaptive_avg_pool2d(const Tensor& input, SizeArg output_size) {
   Shape out_shape = input.shape();
   out_shape[input.dim() - 2] = os[0];
   out_shape[input.dim() - 1] = os[1];
+  const MemoryFormat f = input.suggest_memory_format();
   return dispatch::call(
       OpId::adaptive_avg_pool2d, {input},
-      [out_shape](const std::vector<Tensor>& in) {
-        const Tensor x = contig(in[0]);
-        Tensor y = make_tensor(out_shape, x.options());
+      [out_shape, f](const std::vector<Tensor>& in) {
+        const Tensor x = dense(in[0], f);
+        Tensor y = make_tensor(out_shape, x.options(), f);
         kernels::adaptive_avg_pool2d(x, y);
         return y;
       },
-      [in_shape = input.shape()](const Saved&, const Tensor& g) -> Grads {
-        Tensor dx = make_tensor(in_shape, g.options());
-        kernels::adaptive_avg_pool2d_backward(contig(g), dx);
+      [f, in_shape = input.shape()](const Saved&, const Tensor& g) -> Grads {
+        Tensor dx = make_tensor(in_shape, g.options(), f);
+        kernels::adaptive_avg_pool2d_backward(dense(g, f), dx);
         return {dx};
       },
       Save::Nothing);

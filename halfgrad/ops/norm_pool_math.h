@@ -30,8 +30,43 @@ HG_INLINE A bn_backward_eval(A g, A invstd, A w) {
 }
 
 // ---- pooling ---------------------------------------------------------------------------------
+// Where element k (= h * W + w) of plane p (= n * C + c) of [P, H, W] planes
+// lies: row-major planes (p * HW + k), or channels-last [N, H, W, C] memory.
+struct PlaneLayout {
+  int64_t hw = 0, c = 1;
+  bool channels_last = false;
+  HG_INLINE int64_t at(int64_t p, int64_t k) const {
+    return channels_last ? (p / c) * hw * c + k * c + p % c : p * hw + k;
+  }
+  // The inverse: the plane and element at memory offset e (so a GPU thread per
+  // offset walks memory in order in either layout).
+  HG_INLINE void locate(int64_t e, int64_t& p, int64_t& k) const {
+    if (channels_last) {
+      const int64_t rest = e / c;
+      k = rest % hw;
+      p = (rest / hw) * c + e % c;
+    } else {
+      p = e / hw;
+      k = e % hw;
+    }
+  }
+};
 HG_INLINE int64_t min_i(int64_t a, int64_t b) { return a < b ? a : b; }
 HG_INLINE int64_t max_i(int64_t a, int64_t b) { return a > b ? a : b; }
+
+// The planes of a pool's input and output ([P, H, W] and [P, OH, OW]) and where
+// their elements lie: both row-major, or both channels-last (the op gives one layout).
+struct PoolPlanes {
+  int64_t p, h, w, oh, ow;
+  PlaneLayout in, out;
+};
+inline PoolPlanes pool_planes(const Tensor& in, const Tensor& out) {
+  const int64_t h = in.shape()[in.dim() - 2], w = in.shape()[in.dim() - 1];
+  const int64_t oh = out.shape()[out.dim() - 2], ow = out.shape()[out.dim() - 1];
+  const bool cl = in.dim() == 4 && (!in.is_contiguous() || !out.is_contiguous());
+  const int64_t c = in.dim() == 4 ? in.shape()[1] : 1;
+  return {h * w == 0 ? 0 : in.numel() / (h * w), h, w, oh, ow, {h * w, c, cl}, {oh * ow, c, cl}};
+}
 
 // The taps a in [lo, hi) of a window starting at `start` (possibly negative) whose
 // positions start + a * dilation lie inside [0, size).

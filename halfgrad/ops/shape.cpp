@@ -238,19 +238,22 @@ Tensor Tensor::clone() const {
   return dispatch::call(
       OpId::clone, {*this},
       [](const std::vector<Tensor>& in) {
-        Tensor out = make_tensor(in[0].shape(), in[0].options());
+        Tensor out = ops::empty_like(in[0], in[0].options());
         kernels::copy(out, in[0]);
         return out;
       },
       [](const Saved&, const Tensor& g) -> Grads { return {g}; }, Save::Nothing);
 }
 
-Tensor Tensor::contiguous() const {
-  if (is_contiguous()) return *this;
+Tensor Tensor::contiguous() const { return contiguous(MemoryFormat::Contiguous); }
+
+Tensor Tensor::contiguous(MemoryFormat f) const {
+  if (f != MemoryFormat::Contiguous) strides_for(shape(), f, "contiguous");  // the rank check, with its message
+  if (is_contiguous(f)) return *this;
   return dispatch::call(
       OpId::contiguous, {*this},
-      [](const std::vector<Tensor>& in) {
-        Tensor out = make_tensor(in[0].shape(), in[0].options());
+      [f](const std::vector<Tensor>& in) {
+        Tensor out = make_tensor(in[0].shape(), in[0].options(), f);
         kernels::copy(out, in[0]);
         return out;
       },
@@ -266,7 +269,7 @@ Tensor Tensor::to(DType dtype) const {
   return dispatch::call(
       OpId::to, {*this},
       [dtype](const std::vector<Tensor>& in) {
-        Tensor out = make_tensor(in[0].shape(), TensorOptions(dtype, in[0].device()));
+        Tensor out = ops::empty_like(in[0], TensorOptions(dtype, in[0].device()));
         kernels::copy(out, in[0]);
         return out;
       },
@@ -280,7 +283,7 @@ Tensor Tensor::to(Device device) const {
       OpId::to_device, {*this},
       [device](const std::vector<Tensor>& in) {
         // checks above run per-op; a cross-device copy is this op's purpose
-        Tensor out = make_tensor(in[0].shape(), TensorOptions(in[0].dtype(), device));
+        Tensor out = ops::empty_like(in[0], TensorOptions(in[0].dtype(), device));
         kernels::copy(out, in[0]);
         return out;
       },

@@ -98,6 +98,19 @@ Overlap overlap(const Tensor& a, const Tensor& b) {
   return a0 < b1 && b0 < a1 ? Overlap::Partial : Overlap::No;
 }
 
+MemoryFormat output_format(const Shape& shape, std::initializer_list<const Tensor*> inputs) {
+  if (shape.size() != 4 && shape.size() != 5) return MemoryFormat::Contiguous;
+  const MemoryFormat cl = shape.size() == 4 ? MemoryFormat::ChannelsLast : MemoryFormat::ChannelsLast3d;
+  for (const Tensor* t : inputs) {
+    if (!t->defined() || t->shape() != shape) continue;
+    const bool row_major = t->is_contiguous(), channels_last = t->is_contiguous(cl);
+    if (row_major != channels_last) return channels_last ? cl : MemoryFormat::Contiguous;
+  }
+  return MemoryFormat::Contiguous;
+}
+
+Tensor empty_like(const Tensor& t, TensorOptions o) { return make_tensor(t.shape(), o, t.suggest_memory_format()); }
+
 Tensor scalar_tensor(double value, DType dtype, Device device) {
   Tensor t = make_tensor({}, TensorOptions(dtype, device));
   kernels::fill(t, value);

@@ -40,6 +40,15 @@ bool has_internal_overlap(const Tensor& t);
 // ranges intersect otherwise; TooHard: one of them is not dense.
 Overlap overlap(const Tensor& a, const Tensor& b);
 
+// The layout of an elementwise op's output of `shape` (PyTorch keeps its
+// inputs' memory format): the first input of that shape that is channels-last
+// and not also row-major gives ChannelsLast(3d); one that is row-major and not
+// channels-last gives Contiguous; ambiguous ones ([N, C, 1, 1]) and strided
+// views are passed over. Contiguous when none decides.
+MemoryFormat output_format(const Shape& shape, std::initializer_list<const Tensor*> inputs);
+// A new tensor of t's shape in t's layout (contiguous or channels-last), with options o.
+Tensor empty_like(const Tensor& t, TensorOptions o);
+
 // A 0-d tensor holding `value`, in `dtype` on `device`.
 Tensor scalar_tensor(double value, DType dtype, Device device);
 // The one-dtype rule for ops like matmul and linear: all floating inputs must

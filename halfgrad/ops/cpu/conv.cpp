@@ -38,6 +38,7 @@ struct Problem {
   int64_t n = 0, ci = 0, co = 0, groups = 1;
   std::array<int64_t, 3> in{1, 1, 1}, k{1, 1, 1}, out{1, 1, 1};
   std::array<int64_t, 3> s{1, 1, 1}, d{1, 1, 1}, pb{0, 0, 0}, pa{0, 0, 0};
+  bool channels_last = false;  // the activations' layout (N, *spatial, C in memory)
   auto operator<=>(const Problem&) const = default;
 
   int64_t in_plane() const { return in[0] * in[1] * in[2]; }
@@ -46,8 +47,10 @@ struct Problem {
 };
 
 // x [N, C_in, *in], w [C_out, C_in / groups, *k], y [N, C_out, *out].
-Problem make_problem(const Tensor& x, const Tensor& w, const Tensor& y, const kernels::ConvGeometry& g) {
+Problem make_problem(const Tensor& x, const Tensor& w, const Tensor& y, const kernels::ConvGeometry& g,
+                     bool channels_last = false) {
   Problem p;
+  p.channels_last = channels_last;
   p.nd = g.nd;
   p.n = x.shape()[0];
   p.ci = x.shape()[1];
@@ -73,11 +76,34 @@ inline void valid_range(int64_t c, int64_t s, int64_t size, int64_t n_out, int64
   if (hi < lo) hi = lo;
 }
 
-void check_layout(const char* op, std::initializer_list<const Tensor*> ts) {
-  for (const Tensor* t : ts) {
-    HG_CHECK(!t->defined() || t->is_contiguous(), "{}: the CPU kernel takes contiguous tensors, got {}", op,
+// The activations' layout: row-major, or channels-last (both dense; the op
+// makes them so, in one layout); the weight and bias are row-major.
+bool check_layout(const char* op, std::initializer_list<const Tensor*> activations,
+                  std::initializer_list<const Tensor*> params) {
+  bool cl = false;
+  for (const Tensor* t : activations) cl = cl || (t->defined() && !t->is_contiguous());
+  for (const Tensor* t : activations) {
+    const MemoryFormat f = !cl ? MemoryFormat::Contiguous
+                           : t->dim() == 5 ? MemoryFormat::ChannelsLast3d
+                                           : MemoryFormat::ChannelsLast;
+    HG_CHECK(!t->defined() || t->is_contiguous(f),
+             "{}: the CPU kernel takes activations dense in one layout, row-major or channels-last, got {} with "
+             "strides {}",
+             op, t->describe(), shape_str(t->strides()));
+  }
+  for (const Tensor* t : params) {
+    HG_CHECK(!t->defined() || t->is_contiguous(), "{}: the CPU kernel takes a contiguous weight and bias, got {}", op,
              t->describe());
   }
+  return cl;
+}
+
+// Row-major copies of channels-last activations, for the direct loops.
+Tensor row_major(const Tensor& t) {
+  if (!t.defined() || t.is_contiguous()) return t;
+  Tensor c = make_tensor(t.shape(), t.options());
+  cpu::copy(c, t);
+  return c;
 }
 
 // ---------------------------------------------------------------------------
@@ -226,6 +252,47 @@ void direct_backward_weight(const Problem& p, const T* dy, const T* x, T* dw, T*
   }
 }
 
+// The depthwise weight gradient on channels-last activations (x [N, *in, C],
+// dy [N, *out, C]): the same tap walk, with the channels innermost, so each
+// (tap, output) pair is one vectorised multiply-add over a block of channels.
+// Threads take blocks of channels (no reduction across threads). oneDNN 2.6
+// has no depthwise kernel for this case (see decline_grouped_gemm).
+template <typename T>
+void direct_backward_weight_dw_cl(const Problem& p, const T* dy, const T* x, T* dw, T* db) {
+  using A = conv_acc_t<T>;
+  constexpr int64_t kBlock = 64;
+  const int64_t c = p.ci, in_plane = p.in_plane(), out_plane = p.out_plane(), kvol = p.kvol(), sw = p.s[2];
+  const std::vector<TapWalk> walk = plan_walk(p);
+  const int64_t blocks = (c + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (p.n * out_plane * kvol * c >= kParallelWork)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t c0 = b * kBlock, nc = std::min(kBlock, c - c0);
+    std::vector<A> acc(static_cast<size_t>(kvol * kBlock), A(0));  // [tap][channel]; taps no output reads keep 0
+    for (int64_t n = 0; n < p.n; ++n) {
+      const T* xn = x + n * in_plane * c + c0;
+      const T* dyn = dy + n * out_plane * c + c0;
+      for (const TapWalk& t : walk) {
+        A* a = acc.data() + t.tap * kBlock;
+        for (const auto& [xo, yo] : t.rows)
+          for (int64_t ow = t.lo; ow < t.hi; ++ow) {
+            const T* xr = xn + (xo + ow * sw) * c;
+            const T* gr = dyn + (yo + ow) * c;
+            for (int64_t k = 0; k < nc; ++k) a[k] += static_cast<A>(gr[k]) * static_cast<A>(xr[k]);
+          }
+      }
+    }
+    for (int64_t k = 0; k < nc; ++k)
+      for (int64_t tap = 0; tap < kvol; ++tap)
+        dw[(c0 + k) * kvol + tap] = static_cast<T>(acc[static_cast<size_t>(tap * kBlock + k)]);
+    if (db) {
+      std::vector<A> sum(static_cast<size_t>(nc), A(0));
+      for (int64_t r = 0; r < p.n * out_plane; ++r)
+        for (int64_t k = 0; k < nc; ++k) sum[static_cast<size_t>(k)] += static_cast<A>(dy[r * c + c0 + k]);
+      for (int64_t k = 0; k < nc; ++k) db[c0 + k] = static_cast<T>(sum[static_cast<size_t>(k)]);
+    }
+  }
+}
+
 template <typename T>
 const T* ptr(const Tensor& t) {
   return t.defined() ? static_cast<const T*>(t.data_ptr()) : nullptr;
@@ -256,7 +323,10 @@ dnnl::stream& stream() {
 // blocked formats (nChw16c, ...) and its direct JIT kernels, with reorders
 // from and to our tensors around every call. HALFGRAD_CONV_FORMAT=plain|any
 // overrides the choice (benchmarks, tests).
-enum class Format : uint8_t { Plain, Any };
+// ChannelsLast gives oneDNN our channels-last activations as they are (its
+// nhwc kernels; no reorders of activations) and lets it choose the weights'
+// format.
+enum class Format : uint8_t { Plain, Any, ChannelsLast };
 
 struct Key {
   Kind kind;
@@ -292,7 +362,8 @@ dnnl::memory::desc activation_md(const Problem& p, int64_t c, const std::array<i
   dims d{p.n, c};
   for (int64_t v : spatial(p, sp)) d.push_back(v);
   static constexpr tag kTags[] = {tag::ncw, tag::nchw, tag::ncdhw};
-  return dnnl::memory::desc(d, dt, any ? tag::any : kTags[p.nd - 1]);
+  static constexpr tag kLast[] = {tag::nwc, tag::nhwc, tag::ndhwc};
+  return dnnl::memory::desc(d, dt, any ? tag::any : p.channels_last ? kLast[p.nd - 1] : kTags[p.nd - 1]);
 }
 
 dnnl::memory::desc weight_md(const Problem& p, dnnl::memory::data_type dt, bool any) {
@@ -326,14 +397,23 @@ struct Declined {};
 // group: 40 ms for a [256, 576, 1, 1] depthwise conv whose direct loop, which
 // skips the taps that fall in the padding, takes well under a millisecond. At
 // 224x224 the direct loop and oneDNN's GEMM route measured the same.
+//
+// With channels-last activations oneDNN 2.6 runs the backward weights of a 5x5
+// depthwise conv on its generic JIT kernel with 16x16-blocked weights, as if
+// each group were a dense 16-channel conv: 40-60 ms a call at 14x14 against a
+// few for its depthwise kernel. A depthwise problem it would not run on a
+// depthwise kernel ("dw" in the name) goes to the direct loop too.
 void decline_grouped_gemm(const Problem& p, const char* impl) {
-  if (p.groups > 1 && std::string_view(impl).find("gemm") != std::string_view::npos) throw Declined{};
+  const std::string_view name(impl);
+  if (p.groups > 1 && name.find("gemm") != std::string_view::npos) throw Declined{};
+  const bool depthwise = p.groups > 1 && p.groups == p.ci;
+  if (depthwise && p.channels_last && name.find("dw") == std::string_view::npos) throw Declined{};
 }
 
 Cached create(const Key& key) {
   const Problem& p = key.p;
   const auto dt = key.dtype == DType::BFloat16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
-  const bool any = key.format == Format::Any;
+  const bool any = key.format == Format::Any, any_weights = any || key.format == Format::ChannelsLast;
   // our layouts
   const auto src_u = activation_md(p, p.ci, p.in, dt, false), dst_u = activation_md(p, p.co, p.out, dt, false);
   const auto wei_u = weight_md(p, dt, false);
@@ -341,7 +421,7 @@ Cached create(const Key& key) {
   // what the primitive is asked for
   const auto src = any ? activation_md(p, p.ci, p.in, dt, true) : src_u;
   const auto dst = any ? activation_md(p, p.co, p.out, dt, true) : dst_u;
-  const auto wei = any ? weight_md(p, dt, true) : wei_u;
+  const auto wei = any_weights ? weight_md(p, dt, true) : wei_u;
   dims strides = spatial(p, p.s), dil = spatial(p, p.d), pl = spatial(p, p.pb), pr = spatial(p, p.pa);
   for (auto& v : dil) v -= 1;  // oneDNN counts the gaps: 0 is a dense kernel
   dnnl::primitive_attr attr;
@@ -479,7 +559,14 @@ Format format_for(const Problem& p, DType dt) {
     if (!env) return -1;
     return std::string(env) == "any" ? 1 : std::string(env) == "plain" ? 0 : -1;
   }();
-  if (forced >= 0) return forced ? Format::Any : Format::Plain;
+  if (forced >= 0) return forced ? Format::Any : p.channels_last ? Format::ChannelsLast : Format::Plain;
+  if (p.channels_last) {
+    static const bool dw_any = [] {
+      const char* env = std::getenv("HALFGRAD_CONV_DW_FORMAT");
+      return env && std::string(env) == "any";
+    }();
+    return dw_any && p.groups > 1 && p.groups == p.ci ? Format::Any : Format::ChannelsLast;
+  }
   // Measured on MobileNetV3-small's layers (benchmarks/cpu_conv.cpp): with
   // plain formats oneDNN 2.6 runs every conv as im2col + GEMM, 3-6x slower
   // than its blocked direct kernels for depthwise and k x k convolutions even
@@ -499,7 +586,7 @@ Format format_for(const Problem& p, DType dt) {
 bool has_bf16() {
   static const bool ok = [] {
     Problem p;
-    p.n = 1, p.ci = 1, p.co = 1, p.in = {1, 1, 2}, p.out = {1, 1, 2};
+    p.n = 1, p.ci = 1, p.co = 1, p.in = {1, 1, 2}, p.out = {1, 1, 2};  // row-major
     return get({Kind::Forward, DType::BFloat16, p, false, Format::Plain}) != nullptr;
   }();
   return ok;
@@ -508,12 +595,13 @@ bool has_bf16() {
 // Float32 copies (for float16, and bfloat16 without native support).
 Tensor widen(const Tensor& t) {
   if (!t.defined()) return t;
-  Tensor f = make_tensor(t.shape(), TensorOptions(DType::Float32, Device::cpu()));
+  Tensor f = make_tensor(t.shape(), TensorOptions(DType::Float32, Device::cpu()), t.suggest_memory_format());
   cpu::copy(f, t);
   return f;
 }
 Tensor f32_like(const Tensor& t) {
-  return t.defined() ? make_tensor(t.shape(), TensorOptions(DType::Float32, Device::cpu())) : t;
+  return t.defined() ? make_tensor(t.shape(), TensorOptions(DType::Float32, Device::cpu()), t.suggest_memory_format())
+                     : t;
 }
 
 // The oneDNN route for `kind`, in float32 or native bfloat16; false when
@@ -569,7 +657,11 @@ bool onednn(Kind kind, const Problem& p, const Tensor& src, const Tensor& wei, c
 
 void conv_forward_direct(const Tensor& x, const Tensor& w, const Tensor& bias, const kernels::ConvGeometry& g,
                          const Tensor& y) {
-  check_layout("conv_forward", {&x, &w, &bias, &y});
+  if (check_layout("conv_forward", {&x, &y}, {&w, &bias})) {  // channels-last: through row-major copies
+    const Tensor yr = row_major(y);
+    conv_forward_direct(row_major(x), w, bias, g, yr);
+    return cpu::copy(y, yr);
+  }
   const Problem p = make_problem(x, w, y, g);
   HG_DISPATCH_FLOATING(x.dtype(), "conv_forward", [&] {
     direct_forward<scalar_t>(p, ptr<scalar_t>(x), ptr<scalar_t>(w), ptr<scalar_t>(bias), mptr<scalar_t>(y));
@@ -577,7 +669,11 @@ void conv_forward_direct(const Tensor& x, const Tensor& w, const Tensor& bias, c
 }
 
 void conv_backward_data_direct(const Tensor& dy, const Tensor& w, const kernels::ConvGeometry& g, const Tensor& dx) {
-  check_layout("conv_backward_data", {&dy, &w, &dx});
+  if (check_layout("conv_backward_data", {&dy, &dx}, {&w})) {
+    const Tensor dxr = row_major(dx);
+    conv_backward_data_direct(row_major(dy), w, g, dxr);
+    return cpu::copy(dx, dxr);
+  }
   const Problem p = make_problem(dx, w, dy, g);
   HG_DISPATCH_FLOATING(dy.dtype(), "conv_backward_data", [&] {
     direct_backward_data<scalar_t>(p, ptr<scalar_t>(dy), ptr<scalar_t>(w), mptr<scalar_t>(dx));
@@ -586,8 +682,16 @@ void conv_backward_data_direct(const Tensor& dy, const Tensor& w, const kernels:
 
 void conv_backward_weight_direct(const Tensor& dy, const Tensor& x, const kernels::ConvGeometry& g, const Tensor& dw,
                                  const Tensor& db) {
-  check_layout("conv_backward_weight", {&dy, &x, &dw, &db});
-  const Problem p = make_problem(x, dw, dy, g);
+  const bool cl = check_layout("conv_backward_weight", {&dy, &x}, {&dw, &db});
+  const Problem p = make_problem(x, dw, dy, g, cl);
+  if (cl && p.groups == p.ci && p.groups == p.co) {  // depthwise: its channels-last loop
+    HG_DISPATCH_FLOATING(dy.dtype(), "conv_backward_weight", [&] {
+      direct_backward_weight_dw_cl<scalar_t>(p, ptr<scalar_t>(dy), ptr<scalar_t>(x), mptr<scalar_t>(dw),
+                                             mptr<scalar_t>(db));
+    });
+    return;
+  }
+  if (cl) return conv_backward_weight_direct(row_major(dy), row_major(x), g, dw, db);
   HG_DISPATCH_FLOATING(dy.dtype(), "conv_backward_weight", [&] {
     direct_backward_weight<scalar_t>(p, ptr<scalar_t>(dy), ptr<scalar_t>(x), mptr<scalar_t>(dw),
                                      mptr<scalar_t>(db));
@@ -597,16 +701,16 @@ void conv_backward_weight_direct(const Tensor& dy, const Tensor& x, const kernel
 void conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const kernels::ConvGeometry& g,
                   const Tensor& y) {
 #if HALFGRAD_WITH_ONEDNN
-  check_layout("conv_forward", {&x, &w, &bias, &y});
-  if (onednn(Kind::Forward, make_problem(x, w, y, g), x, w, bias, y)) return;
+  const bool cl = check_layout("conv_forward", {&x, &y}, {&w, &bias});
+  if (onednn(Kind::Forward, make_problem(x, w, y, g, cl), x, w, bias, y)) return;
 #endif
   conv_forward_direct(x, w, bias, g, y);
 }
 
 void conv_backward_data(const Tensor& dy, const Tensor& w, const kernels::ConvGeometry& g, const Tensor& dx) {
 #if HALFGRAD_WITH_ONEDNN
-  check_layout("conv_backward_data", {&dy, &w, &dx});
-  if (onednn(Kind::BackwardData, make_problem(dx, w, dy, g), dx, w, Tensor(), dy)) return;
+  const bool cl = check_layout("conv_backward_data", {&dy, &dx}, {&w});
+  if (onednn(Kind::BackwardData, make_problem(dx, w, dy, g, cl), dx, w, Tensor(), dy)) return;
 #endif
   conv_backward_data_direct(dy, w, g, dx);
 }
@@ -614,8 +718,8 @@ void conv_backward_data(const Tensor& dy, const Tensor& w, const kernels::ConvGe
 void conv_backward_weight(const Tensor& dy, const Tensor& x, const kernels::ConvGeometry& g, const Tensor& dw,
                           const Tensor& db) {
 #if HALFGRAD_WITH_ONEDNN
-  check_layout("conv_backward_weight", {&dy, &x, &dw, &db});
-  if (onednn(Kind::BackwardWeights, make_problem(x, dw, dy, g), x, dw, db, dy)) return;
+  const bool cl = check_layout("conv_backward_weight", {&dy, &x}, {&dw, &db});
+  if (onednn(Kind::BackwardWeights, make_problem(x, dw, dy, g, cl), x, dw, db, dy)) return;
 #endif
   conv_backward_weight_direct(dy, x, g, dw, db);
 }

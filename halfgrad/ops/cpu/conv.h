@@ -15,7 +15,11 @@
 // Primitives (and their reorders) are cached per kind, dtype, shapes,
 // geometry and format.
 //
-// Tensors are contiguous in NC* order (the op makes them so).
+// Channels-last activations (N, *spatial, C in memory) go to oneDNN as they
+// are (nwc/nhwc/ndhwc, weights in the format it picks: no activation reorders);
+// the direct loops run them through row-major copies.
+//
+// Activations are dense, row-major or channels-last; weights row-major (the op makes them so).
 #include <halfgrad/ops/kernels.h>
 
 namespace halfgrad::cpu {

@@ -1,8 +1,9 @@
 #pragma once
 // The CPU elementwise loop: walks N operands of one shape with arbitrary
-// strides. Dimensions that are contiguous for every operand are merged first,
-// so a contiguous tensor is one long row that the compiler vectorises; large
-// tensors are split into chunks across OpenMP threads.
+// strides. Dimensions (in the output's memory order) that are contiguous for
+// every operand are merged first, so a contiguous or channels-last tensor is one
+// long row that the compiler vectorises; large tensors are split into chunks
+// across OpenMP threads.
 #include <array>
 #include <tuple>
 #include <utility>
@@ -21,10 +22,13 @@ struct Geometry {
 };
 
 // Merge adjacent dims that are contiguous for all operands; drop size-1 dims.
+// Dims are taken in operand 0's (the output's) memory order, so a channels-last
+// output with inputs in its layout is one long row too.
 template <size_t N>
 Geometry<N> coalesce(const Shape& shape, const std::array<const Shape*, N>& strides) {
   Geometry<N> g;
-  for (size_t d = 0; d < shape.size(); ++d) {
+  for (const int64_t dim : memory_order(shape, *strides[0])) {
+    const size_t d = static_cast<size_t>(dim);
     if (shape[d] == 1) continue;
     if (!g.shape.empty()) {
       bool mergeable = true;

@@ -3,7 +3,8 @@
 // 256-thread block per channel: each thread sums its share of the channel's
 // N * S elements in the statistics type (float32; float64 for float64) and a
 // block-wide reduction combines them, in a fixed order (no atomics, the same
-// bits on every run). The mean is reduced first, then the squared deviations
+// bits on every run). Channels-last tensors run as [N * S, C, 1] (strided
+// reads of each channel: correct, not yet tuned for NHWC). The mean is reduced first, then the squared deviations
 // from it (two passes over the channel, the second mostly from L2). The
 // elementwise passes are grid-stride loops over N * C * S.
 #include <cmath>
@@ -147,10 +148,13 @@ __global__ void __launch_bounds__(kThreads)
 struct NCS {
   int64_t n, c, s;
 };
+// A channels-last x (the op gives dense row-major or channels-last) is the
+// row-major [N * S, C, 1]: the same kernels, each channel's elements C apart.
 NCS ncs(const Tensor& x) {
   const int64_t n = x.shape()[0], c = x.shape()[1];
   int64_t s = 1;
   for (int64_t d = 2; d < x.dim(); ++d) s *= x.shape()[d];
+  if (!x.is_contiguous()) return {n * s, c, 1};
   return {n, c, s};
 }
 

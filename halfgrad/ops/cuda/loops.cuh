@@ -281,7 +281,9 @@ struct Geometry {
 template <int N>
 Geometry<N> coalesce(const Shape& shape, const std::array<const Tensor*, N>& ts) {
   Geometry<N> g;
-  for (size_t d = shape.size(); d-- > 0;) {
+  const Shape order = memory_order(shape, ts[0]->strides());  // the output's: channels-last stays one run
+  for (size_t i = order.size(); i-- > 0;) {
+    const size_t d = static_cast<size_t>(order[i]);
     if (shape[d] == 1) continue;
     std::array<int64_t, N> st;
     for (int k = 0; k < N; ++k)

@@ -29,16 +29,18 @@ __device__ __forceinline__ storage_t<T> st(stat_t<T> v) {
   return Elem<T>::store(static_cast<acc_t<T>>(v));
 }
 
-// Reads element i of a plane in the compute type (max_window's loader).
+// Reads element i of plane pl in the compute type (max_window's loader).
 template <typename T>
 struct PlaneLoad {
   const storage_t<T>* p;
-  __device__ __forceinline__ stat_t<T> operator()(int64_t i) const { return ld<T>(p, i); }
+  math::PlaneLayout layout;
+  int64_t pl;
+  __device__ __forceinline__ stat_t<T> operator()(int64_t i) const { return ld<T>(p, layout.at(pl, i)); }
 };
 
-struct Dims {
-  int64_t p, h, w, oh, ow;
-};
+// Threads index memory offsets of the output (forward) or input (backward):
+// coalesced in either layout.
+using Dims = math::PoolPlanes;
 
 #define HG_GRID_STRIDE(e, total)                                                                  \
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < (total); \
@@ -50,11 +52,12 @@ __global__ void __launch_bounds__(kThreads)
                     Dims d, kernels::Pool2dGeometry g) {
   using A = stat_t<T>;
   HG_GRID_STRIDE(o, d.p * d.oh * d.ow) {
-    const int64_t j = o % d.ow, i = (o / d.ow) % d.oh, pl = o / (d.ow * d.oh);
-    const storage_t<T>* xp = x + pl * d.h * d.w;
+    int64_t pl, k;
+    d.out.locate(o, pl, k);
+    const int64_t j = k % d.ow, i = k / d.ow;
     A best;
     int64_t arg;
-    math::max_window<A>(i, j, d.h, d.w, g, PlaneLoad<T>{xp}, best, arg);
+    math::max_window<A>(i, j, d.h, d.w, g, PlaneLoad<T>{x, d.in, pl}, best, arg);
     y[o] = st<T>(best);
     idx[o] = arg;
   }
@@ -66,16 +69,19 @@ __global__ void __launch_bounds__(kThreads)
                              storage_t<T>* __restrict__ dx, Dims d, kernels::Pool2dGeometry geo) {
   using A = stat_t<T>;
   HG_GRID_STRIDE(e, d.p * d.h * d.w) {
-    const int64_t iw = e % d.w, ih = (e / d.w) % d.h, pl = e / (d.w * d.h);
+    int64_t pl, self;
+    d.in.locate(e, pl, self);
+    const int64_t iw = self % d.w, ih = self / d.w;
     const math::OutRange rh =
         math::windows_containing(ih, d.oh, geo.kernel[0], geo.stride[0], geo.padding[0], geo.dilation[0]);
     const math::OutRange rw =
         math::windows_containing(iw, d.ow, geo.kernel[1], geo.stride[1], geo.padding[1], geo.dilation[1]);
-    const int64_t self = ih * d.w + iw, base = pl * d.oh * d.ow;
     A acc = 0;
     for (int64_t i = rh.lo; i <= rh.hi; ++i)
-      for (int64_t j = rw.lo; j <= rw.hi; ++j)
-        if (idx[base + i * d.ow + j] == self) acc += ld<T>(g, base + i * d.ow + j);
+      for (int64_t j = rw.lo; j <= rw.hi; ++j) {
+        const int64_t o = d.out.at(pl, i * d.ow + j);
+        if (idx[o] == self) acc += ld<T>(g, o);
+      }
     dx[e] = st<T>(acc);
   }
 }
@@ -86,12 +92,13 @@ __global__ void __launch_bounds__(kThreads)
                     kernels::Pool2dGeometry g) {
   using A = stat_t<T>;
   HG_GRID_STRIDE(o, d.p * d.oh * d.ow) {
-    const int64_t j = o % d.ow, i = (o / d.ow) % d.oh, pl = o / (d.ow * d.oh);
-    const storage_t<T>* xp = x + pl * d.h * d.w;
+    int64_t pl, k;
+    d.out.locate(o, pl, k);
+    const int64_t j = k % d.ow, i = k / d.ow;
     const math::AvgWindow win = math::avg_window(i, j, d.h, d.w, g);
     A sum = 0;
     for (int64_t ih = win.h0; ih < win.h1; ++ih)
-      for (int64_t iw = win.w0; iw < win.w1; ++iw) sum += ld<T>(xp, ih * d.w + iw);
+      for (int64_t iw = win.w0; iw < win.w1; ++iw) sum += ld<T>(x, d.in.at(pl, ih * d.w + iw));
     y[o] = st<T>(win.divisor == 0 ? A(0) : sum / static_cast<A>(win.divisor));
   }
 }
@@ -102,16 +109,17 @@ __global__ void __launch_bounds__(kThreads)
                              kernels::Pool2dGeometry geo) {
   using A = stat_t<T>;
   HG_GRID_STRIDE(e, d.p * d.h * d.w) {
-    const int64_t iw = e % d.w, ih = (e / d.w) % d.h, pl = e / (d.w * d.h);
+    int64_t pl, k;
+    d.in.locate(e, pl, k);
+    const int64_t iw = k % d.w, ih = k / d.w;
     const math::OutRange rh = math::windows_containing(ih, d.oh, geo.kernel[0], geo.stride[0], geo.padding[0], 1);
     const math::OutRange rw = math::windows_containing(iw, d.ow, geo.kernel[1], geo.stride[1], geo.padding[1], 1);
-    const int64_t base = pl * d.oh * d.ow;
     A acc = 0;
     for (int64_t i = rh.lo; i <= rh.hi; ++i)
       for (int64_t j = rw.lo; j <= rw.hi; ++j) {
         const math::AvgWindow win = math::avg_window(i, j, d.h, d.w, geo);
         if (win.divisor == 0 || ih < win.h0 || ih >= win.h1 || iw < win.w0 || iw >= win.w1) continue;
-        acc += ld<T>(g, base + i * d.ow + j) / static_cast<A>(win.divisor);
+        acc += ld<T>(g, d.out.at(pl, i * d.ow + j)) / static_cast<A>(win.divisor);
       }
     dx[e] = st<T>(acc);
   }
@@ -122,13 +130,14 @@ __global__ void __launch_bounds__(kThreads)
     adaptive_kernel(const storage_t<T>* __restrict__ x, storage_t<T>* __restrict__ y, Dims d) {
   using A = stat_t<T>;
   HG_GRID_STRIDE(o, d.p * d.oh * d.ow) {
-    const int64_t j = o % d.ow, i = (o / d.ow) % d.oh, pl = o / (d.ow * d.oh);
-    const storage_t<T>* xp = x + pl * d.h * d.w;
+    int64_t pl, k;
+    d.out.locate(o, pl, k);
+    const int64_t j = k % d.ow, i = k / d.ow;
     const int64_t h0 = math::adaptive_start(i, d.h, d.oh), h1 = math::adaptive_end(i, d.h, d.oh);
     const int64_t w0 = math::adaptive_start(j, d.w, d.ow), w1 = math::adaptive_end(j, d.w, d.ow);
     A sum = 0;
     for (int64_t ih = h0; ih < h1; ++ih)
-      for (int64_t iw = w0; iw < w1; ++iw) sum += ld<T>(xp, ih * d.w + iw);
+      for (int64_t iw = w0; iw < w1; ++iw) sum += ld<T>(x, d.in.at(pl, ih * d.w + iw));
     y[o] = st<T>(sum / static_cast<A>((h1 - h0) * (w1 - w0)));
   }
 }
@@ -138,8 +147,9 @@ __global__ void __launch_bounds__(kThreads)
     adaptive_backward_kernel(const storage_t<T>* __restrict__ g, storage_t<T>* __restrict__ dx, Dims d) {
   using A = stat_t<T>;
   HG_GRID_STRIDE(e, d.p * d.h * d.w) {
-    const int64_t iw = e % d.w, ih = (e / d.w) % d.h, pl = e / (d.w * d.h);
-    const int64_t base = pl * d.oh * d.ow;
+    int64_t pl, k;
+    d.in.locate(e, pl, k);
+    const int64_t iw = k % d.w, ih = k / d.w;
     A acc = 0;
     if (d.oh > 0 && d.ow > 0) {
       const math::OutRange rh = math::adaptive_containing(ih, d.h, d.oh);
@@ -149,7 +159,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int64_t j = rw.lo; j <= rw.hi; ++j) {
           const int64_t w0 = math::adaptive_start(j, d.w, d.ow), w1 = math::adaptive_end(j, d.w, d.ow);
           if (ih < h0 || ih >= h1 || iw < w0 || iw >= w1) continue;
-          acc += ld<T>(g, base + i * d.ow + j) / static_cast<A>((h1 - h0) * (w1 - w0));
+          acc += ld<T>(g, d.out.at(pl, i * d.ow + j)) / static_cast<A>((h1 - h0) * (w1 - w0));
         }
       }
     }
@@ -159,11 +169,7 @@ __global__ void __launch_bounds__(kThreads)
 
 #undef HG_GRID_STRIDE
 
-Dims dims(const Tensor& in, const Tensor& out) {
-  const int64_t h = in.shape()[in.dim() - 2], w = in.shape()[in.dim() - 1];
-  const int64_t oh = out.shape()[out.dim() - 2], ow = out.shape()[out.dim() - 1];
-  return {h * w == 0 ? 0 : in.numel() / (h * w), h, w, oh, ow};
-}
+Dims dims(const Tensor& in, const Tensor& out) { return math::pool_planes(in, out); }
 
 }  // namespace
 
