@@ -39,6 +39,7 @@ struct Options {
   std::string data = "fashion-mnist";
   std::string data_dir = hg::data::kFashionMnistRoot;
   std::string model = "mlp";
+  std::string memory_format = "channels_last";  // of the convolutional model's images
   std::string device = "auto";
   std::string amp = "on";
   std::string dtype = "auto";  // float16 on CUDA, bfloat16 on the CPU (autocast's defaults)
@@ -72,6 +73,11 @@ Options parse(int argc, char** argv) {
                  "model: mlp (784-256-10) or mobilenet_v3_small (torchvision's, on 32x32 images: 28x28 padded by 2, "
                  "the grey channel repeated 3 times)")
       ->check(CLI::IsMember({"mlp", "mobilenet_v3_small"}))
+      ->capture_default_str();
+  app.add_option("--memory-format", o.memory_format,
+                 "layout of mobilenet_v3_small's images: channels_last (NHWC memory, what the conv kernels run "
+                 "fastest) or contiguous (NCHW)")
+      ->check(CLI::IsMember({"channels_last", "contiguous"}))
       ->capture_default_str();
   app.add_option("--device", o.device, "cpu, cuda, or auto (cuda when available)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
@@ -135,11 +141,15 @@ struct Model {
 // stages divide the side by 32, so the 28x28 images are padded to 32x32 (zeros
 // before normalisation: the images' own background) and the grey channel is
 // repeated to the 3 channels the model (and a torchvision state dict) expects.
-// Its forward runs under autocast by itself (amp::autocast_forward).
-Model make_model(const std::string& name) {
+// Its forward runs under autocast by itself (amp::autocast_forward). With
+// channels_last the batch is copied once into NHWC memory (with the channel
+// repeat), and every layer after it keeps that layout (docs/convnets.md).
+Model make_model(const std::string& name, bool channels_last) {
   if (name == "mobilenet_v3_small") {
     auto net = hg::nn::models::mobilenet_v3_small({.num_classes = 10});
-    return {net, [net](const hg::Tensor& x) { return net->forward(x.expand({-1, 3, -1, -1})); }, 32};
+    const hg::MemoryFormat f = channels_last ? hg::MemoryFormat::ChannelsLast : hg::MemoryFormat::Contiguous;
+    return {net, [net, f](const hg::Tensor& x) { return net->forward(x.expand({-1, 3, -1, -1}).contiguous(f)); },
+            32};
   }
   auto mlp = std::make_shared<hg::nn::Sequential>(hg::nn::Flatten(), hg::nn::Linear(784, 256), hg::nn::ReLU(),
                                                   hg::nn::Linear(256, 10));
@@ -213,7 +223,7 @@ int main(int argc, char** argv) try {
   hg::manual_seed(o.seed);
 
   // ---- model ---------------------------------------------------------------------------
-  Model net = make_model(o.model);
+  Model net = make_model(o.model, o.memory_format == "channels_last");
   auto& model = net.module;
   model->to(device);
 
@@ -271,7 +281,9 @@ int main(int argc, char** argv) try {
 
   // ---- what this run is -------------------------------------------------------------
   if (o.model == "mlp") fmt::print("{}\n", model->repr());  // MobileNet's is 300 lines
-  else fmt::print("model: {} (torchvision's architecture, 10 classes, {}x{} inputs)\n", o.model, net.image_size, net.image_size);
+  else
+    fmt::print("model: {} (torchvision's architecture, 10 classes, {}x{} inputs, {} memory)\n", o.model,
+               net.image_size, net.image_size, o.memory_format == "channels_last" ? "channels-last" : "row-major");
   fmt::print("parameters: {}\n", with_commas(model->num_parameters()));
   fmt::print("device: {}\n", device.str());
   fmt::print("precision: {}\n", amp ? fmt::format("autocast {} (float32 master weights), GradScaler {}",
