@@ -110,6 +110,16 @@ Shape memory_order(const Shape& shape, const Shape& strides) {
   return order;
 }
 
+bool in_memory_order(const Shape& shape, const Shape& strides) {
+  int64_t prev = -1;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    if (prev >= 0 && strides[d] > strides[static_cast<size_t>(prev)]) return false;
+    prev = static_cast<int64_t>(d);
+  }
+  return true;
+}
+
 bool Tensor::is_contiguous(MemoryFormat f) const {
   if (f == MemoryFormat::Contiguous) return is_contiguous();
   if (dim() != (f == MemoryFormat::ChannelsLast ? 4 : 5)) return false;

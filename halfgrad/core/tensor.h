@@ -52,6 +52,9 @@ enum class MemoryFormat : uint8_t { Contiguous, ChannelsLast, ChannelsLast3d };
 // a channels-last one. The elementwise loops walk dims in this order of their
 // output, so every layout is walked in memory order.
 Shape memory_order(const Shape& shape, const Shape& strides);
+// Whether memory_order would be 0, 1, 2, ... (row-major-like strides): the
+// loops' fast check, with no allocation.
+bool in_memory_order(const Shape& shape, const Shape& strides);
 std::string_view memory_format_name(MemoryFormat f);
 // The strides of `s` in format f (Contiguous for a rank f does not fit); an
 // Error for ChannelsLast on a tensor that is not 4-d (5-d for ChannelsLast3d).

@@ -78,6 +78,9 @@ TEST_CASE("channels-last strides, checks and copies", "[core][channels_last]") {
   CHECK(v.is_contiguous(kCL));
   CHECK(v.suggest_memory_format() == MemoryFormat::Contiguous);
   CHECK(hg::memory_order({2, 3, 4, 5}, c.strides()) == Shape{0, 2, 3, 1});
+  CHECK_FALSE(hg::in_memory_order({2, 3, 4, 5}, c.strides()));
+  CHECK(hg::in_memory_order({2, 3, 4, 5}, x.strides()));
+  CHECK(hg::in_memory_order({2, 1, 3}, {3, 7, 1}));  // a size-1 dim's stride does not count
   // only 4-d tensors have a channels-last layout
   hgtest::expect_errors({{"contiguous(ChannelsLast) of a 3-d tensor",
                           [] { (void)hgtest::uniform({3, 4, 5}, DType::Float32).contiguous(kCL); },

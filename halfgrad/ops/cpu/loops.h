@@ -27,8 +27,9 @@ struct Geometry {
 template <size_t N>
 Geometry<N> coalesce(const Shape& shape, const std::array<const Shape*, N>& strides) {
   Geometry<N> g;
-  for (const int64_t dim : memory_order(shape, *strides[0])) {
-    const size_t d = static_cast<size_t>(dim);
+  const Shape order = in_memory_order(shape, *strides[0]) ? Shape() : memory_order(shape, *strides[0]);
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const size_t d = order.empty() ? i : static_cast<size_t>(order[i]);
     if (shape[d] == 1) continue;
     if (!g.shape.empty()) {
       bool mergeable = true;

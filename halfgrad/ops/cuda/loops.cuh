@@ -281,9 +281,10 @@ struct Geometry {
 template <int N>
 Geometry<N> coalesce(const Shape& shape, const std::array<const Tensor*, N>& ts) {
   Geometry<N> g;
-  const Shape order = memory_order(shape, ts[0]->strides());  // the output's: channels-last stays one run
-  for (size_t i = order.size(); i-- > 0;) {
-    const size_t d = static_cast<size_t>(order[i]);
+  // the output's memory order: channels-last stays one run
+  const Shape order = in_memory_order(shape, ts[0]->strides()) ? Shape() : memory_order(shape, ts[0]->strides());
+  for (size_t i = shape.size(); i-- > 0;) {
+    const size_t d = order.empty() ? i : static_cast<size_t>(order[i]);
     if (shape[d] == 1) continue;
     std::array<int64_t, N> st;
     for (int k = 0; k < N; ++k)
