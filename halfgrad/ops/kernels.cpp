@@ -174,6 +174,15 @@ void batch_norm_stats(const Tensor& x, double eps, const Tensor& mean, const Ten
   HG_BACKEND(x, cpu::batch_norm_stats(x, eps, mean, invstd, running_mean, running_var, momentum),
              cuda_ops::batch_norm_stats(x, eps, mean, invstd, running_mean, running_var, momentum));
 }
+void batch_norm_training(const Tensor& x, double eps, const Tensor& weight, const Tensor& bias, const Tensor& mean,
+                         const Tensor& invstd, const Tensor& running_mean, const Tensor& running_var, double momentum,
+                         const Tensor& y) {
+  if (x.device().is_cpu())
+    return cpu::batch_norm_training(x, eps, weight, bias, mean, invstd, running_mean, running_var, momentum, y);
+  batch_norm_stats(x, eps, mean, invstd, running_mean, running_var, momentum);
+  batch_norm_forward(x, mean, invstd, weight, bias, y);
+}
+
 void batch_norm_forward(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
                         const Tensor& bias, const Tensor& y) {
   HG_BACKEND(x, cpu::batch_norm_forward(x, mean, invstd, weight, bias, y),

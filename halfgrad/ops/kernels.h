@@ -132,7 +132,7 @@ void conv_backward_data(const Tensor& dy, const Tensor& w, const ConvGeometry& g
 void conv_backward_weight(const Tensor& dy, const Tensor& x, const ConvGeometry& g, const Tensor& dw,
                           const Tensor& db);
 
-// Batch normalisation and 2-d pooling (ops/norm_pool.cpp; CPU: ops/cpu/norm_pool.cpp,
+// Batch normalisation and 2-d pooling (ops/norm_pool.cpp; CPU: ops/cpu/batch_norm.cpp and ops/cpu/pool.cpp,
 // CUDA: ops/cuda/batch_norm.cu and ops/cuda/pool.cu; per-element math shared in
 // ops/norm_pool_math.h).
 //
@@ -152,6 +152,11 @@ void conv_backward_weight(const Tensor& dy, const Tensor& x, const ConvGeometry&
 // nothing is read or written.
 void batch_norm_stats(const Tensor& x, double eps, const Tensor& mean, const Tensor& invstd,
                       const Tensor& running_mean, const Tensor& running_var, double momentum);
+// Training: batch_norm_stats, then batch_norm_forward, in one call (the CPU runs
+// channels-last float32/bfloat16 as one oneDNN primitive).
+void batch_norm_training(const Tensor& x, double eps, const Tensor& weight, const Tensor& bias, const Tensor& mean,
+                         const Tensor& invstd, const Tensor& running_mean, const Tensor& running_var, double momentum,
+                         const Tensor& y);
 // y = (x - mean[c]) * invstd[c] * weight[c] + bias[c] (weight undefined: 1, bias undefined: 0).
 void batch_norm_forward(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
                         const Tensor& bias, const Tensor& y);

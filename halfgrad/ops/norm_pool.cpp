@@ -79,6 +79,7 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
         const TensorOptions stat_opts(a, x.device());
         const Tensor w = as_stat(in[1], a), b = as_stat(in[2], a);
         Tensor mean, invstd;
+        Tensor y = ops::empty_like(x, x.options());
         if (training) {
           mean = make_tensor({c}, stat_opts);
           invstd = make_tensor({c}, stat_opts);
@@ -88,7 +89,7 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
           } else {
             // the kernel updates statistics of its own dtype; others go through a copy
             const Tensor rm_s = as_stat(rm, a), rv_s = as_stat(rv, a);
-            kernels::batch_norm_stats(x, eps, mean, invstd, rm_s, rv_s, momentum);
+            kernels::batch_norm_training(x, eps, w, b, mean, invstd, rm_s, rv_s, momentum, y);
             if (rm.defined()) {
               if (!rm_s.is_same(rm)) kernels::copy(rm, rm_s);
               if (!rv_s.is_same(rv)) kernels::copy(rv, rv_s);
@@ -100,9 +101,8 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
           // copies, so a later training step on the running stats leaves this op's backward valid
           mean = rm.dtype() == a ? rm.clone() : as_stat(rm, a);
           invstd = pow(add(as_stat(rv, a), eps), -0.5);
+          kernels::batch_norm_forward(x, mean, invstd, w, b, y);
         }
-        Tensor y = ops::empty_like(x, x.options());
-        kernels::batch_norm_forward(x, mean, invstd, w, b, y);
         if (dispatch::recording()) {
           dispatch::save_for_backward(mean);
           dispatch::save_for_backward(invstd);

@@ -1,6 +1,6 @@
 #pragma once
 // Per-element math of batch norm and 2-d pooling shared by the CPU loops
-// (ops/cpu/norm_pool.cpp) and the CUDA kernels (ops/cuda/batch_norm.cu,
+// (ops/cpu/batch_norm.cpp, ops/cpu/pool.cpp) and the CUDA kernels (ops/cuda/batch_norm.cu,
 // ops/cuda/pool.cu): window bounds, divisors and the normalisation formulas,
 // HG_HOST_DEVICE so the CPU tests check the arithmetic the GPU runs.
 // Internal (not installed).

@@ -2,9 +2,7 @@
 // formats, cached per problem) and a portable direct loop (ops/cpu/conv.h).
 #include <halfgrad/ops/cpu/conv.h>
 
-#if HALFGRAD_WITH_ONEDNN
-#include <dnnl.hpp>
-#endif
+#include <halfgrad/ops/cpu/onednn.h>
 
 #include <algorithm>
 #include <array>
@@ -308,15 +306,8 @@ T* mptr(const Tensor& t) {
 #if HALFGRAD_WITH_ONEDNN
 enum class Kind : uint8_t { Forward, BackwardData, BackwardWeights };
 
-const dnnl::engine& engine() {
-  static const dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
-
-dnnl::stream& stream() {
-  thread_local dnnl::stream s(engine());
-  return s;
-}
+using onednn::engine;
+using onednn::stream;
 
 // Memory formats: Plain runs oneDNN on our NC* / OI* tensors as they are
 // (for most shapes its im2col + GEMM kernel); Any lets oneDNN pick its
@@ -479,24 +470,16 @@ Cached create(const Key& key) {
 // nullptr when oneDNN has no implementation for this problem (the caller then
 // takes another route); a failure is remembered, so it is asked only once.
 std::shared_ptr<const Cached> get(const Key& key) {
-  static std::mutex mutex;
-  static std::map<Key, std::shared_ptr<const Cached>> cache;
-  constexpr size_t kMaxEntries = 1024;
-  {
-    std::lock_guard lock(mutex);
-    if (auto it = cache.find(key); it != cache.end()) return it->second;
-  }
-  std::shared_ptr<const Cached> created;
-  try {
-    created = std::make_shared<const Cached>(create(key));
-  } catch (const dnnl::error&) {
-    created = nullptr;
-  } catch (const Declined&) {
-    created = nullptr;
-  }
-  std::lock_guard lock(mutex);
-  if (cache.size() >= kMaxEntries) cache.clear();
-  return cache.try_emplace(key, std::move(created)).first->second;
+  static onednn::PrimitiveCache<Key, Cached> cache;
+  return cache.get(key, [](const Key& k) -> std::shared_ptr<const Cached> {
+    try {
+      return std::make_shared<const Cached>(create(k));
+    } catch (const dnnl::error&) {
+      return nullptr;
+    } catch (const Declined&) {
+      return nullptr;
+    }
+  });
 }
 
 struct Scratch {
@@ -617,7 +600,7 @@ bool onednn_native(Kind kind, const Problem& p, DType dt, const void* src, const
 // Runs kind on tensors (src, wei, bias, dst in the forward's roles; which are
 // written depends on kind). float16 (and bf16 where oneDNN has none) go
 // through float32 copies and round once. False: oneDNN declined.
-bool onednn(Kind kind, const Problem& p, const Tensor& src, const Tensor& wei, const Tensor& bias,
+bool run_onednn(Kind kind, const Problem& p, const Tensor& src, const Tensor& wei, const Tensor& bias,
             const Tensor& dst) {
   if (p.n == 0 || p.ci == 0 || p.co == 0 || p.out_plane() == 0 || p.in_plane() == 0) return false;
   const DType dt = src.dtype();
@@ -702,7 +685,7 @@ void conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const ke
                   const Tensor& y) {
 #if HALFGRAD_WITH_ONEDNN
   const bool cl = check_layout("conv_forward", {&x, &y}, {&w, &bias});
-  if (onednn(Kind::Forward, make_problem(x, w, y, g, cl), x, w, bias, y)) return;
+  if (run_onednn(Kind::Forward, make_problem(x, w, y, g, cl), x, w, bias, y)) return;
 #endif
   conv_forward_direct(x, w, bias, g, y);
 }
@@ -710,7 +693,7 @@ void conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const ke
 void conv_backward_data(const Tensor& dy, const Tensor& w, const kernels::ConvGeometry& g, const Tensor& dx) {
 #if HALFGRAD_WITH_ONEDNN
   const bool cl = check_layout("conv_backward_data", {&dy, &dx}, {&w});
-  if (onednn(Kind::BackwardData, make_problem(dx, w, dy, g, cl), dx, w, Tensor(), dy)) return;
+  if (run_onednn(Kind::BackwardData, make_problem(dx, w, dy, g, cl), dx, w, Tensor(), dy)) return;
 #endif
   conv_backward_data_direct(dy, w, g, dx);
 }
@@ -719,7 +702,7 @@ void conv_backward_weight(const Tensor& dy, const Tensor& x, const kernels::Conv
                           const Tensor& db) {
 #if HALFGRAD_WITH_ONEDNN
   const bool cl = check_layout("conv_backward_weight", {&dy, &x}, {&dw, &db});
-  if (onednn(Kind::BackwardWeights, make_problem(x, dw, dy, g, cl), x, dw, db, dy)) return;
+  if (run_onednn(Kind::BackwardWeights, make_problem(x, dw, dy, g, cl), x, dw, db, dy)) return;
 #endif
   conv_backward_weight_direct(dy, x, g, dw, db);
 }

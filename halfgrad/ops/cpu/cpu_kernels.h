@@ -28,6 +28,9 @@ void conv_backward_weight(const Tensor& dy, const Tensor& x, const kernels::Conv
                           const Tensor& db);
 void batch_norm_stats(const Tensor& x, double eps, const Tensor& mean, const Tensor& invstd,
                       const Tensor& running_mean, const Tensor& running_var, double momentum);
+void batch_norm_training(const Tensor& x, double eps, const Tensor& weight, const Tensor& bias, const Tensor& mean,
+                         const Tensor& invstd, const Tensor& running_mean, const Tensor& running_var, double momentum,
+                         const Tensor& y);
 void batch_norm_forward(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
                         const Tensor& bias, const Tensor& y);
 void batch_norm_backward(const Tensor& g, const Tensor& x, const Tensor& mean, const Tensor& invstd,

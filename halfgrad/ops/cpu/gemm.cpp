@@ -1,7 +1,7 @@
 #include <halfgrad/ops/cpu/gemm.h>
 
 #if HALFGRAD_WITH_ONEDNN
-#include <dnnl.hpp>
+#include <halfgrad/ops/cpu/onednn.h>
 #endif
 
 #include <algorithm>
@@ -265,17 +265,8 @@ void gemm_f64(const GemmArgs& g) {
 // ---------------------------------------------------------------------------
 // oneDNN matmul (float32, bfloat16)
 
-const dnnl::engine& engine() {
-  static const dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
-
-// A CPU stream is cheap, but oneDNN does not promise one may be used from two
-// threads at once, so each thread gets its own (created once).
-dnnl::stream& stream() {
-  thread_local dnnl::stream s(engine());
-  return s;
-}
+using onednn::engine;
+using onednn::stream;
 
 dnnl::memory::data_type onednn_type(DType t) {
   return t == DType::BFloat16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
@@ -333,22 +324,13 @@ CachedPrimitive create_primitive(const PrimitiveKey& key) {
 }
 
 // Creating a primitive costs tens of microseconds; training repeats a handful
-// of shapes, so keep them. Entries are shared: dropping the whole map when it
-// grows too big cannot pull one from under a caller still running it.
+// of shapes, so keep them (onednn::PrimitiveCache: entries are shared, so
+// dropping the map when it grows too big cannot pull one from under a caller
+// still running it; two threads racing on one new shape both build it and the
+// first to insert wins).
 std::shared_ptr<const CachedPrimitive> get_primitive(const PrimitiveKey& key) {
-  static std::mutex mutex;
-  static std::map<PrimitiveKey, std::shared_ptr<const CachedPrimitive>> cache;
-  constexpr size_t kMaxEntries = 512;
-  {
-    std::lock_guard lock(mutex);
-    if (auto it = cache.find(key); it != cache.end()) return it->second;
-  }
-  // Created outside the lock so other shapes keep running; two threads racing
-  // on one new shape both build it and the first to insert wins.
-  auto created = std::make_shared<const CachedPrimitive>(create_primitive(key));
-  std::lock_guard lock(mutex);
-  if (cache.size() >= kMaxEntries) cache.clear();
-  return cache.try_emplace(key, std::move(created)).first->second;
+  static onednn::PrimitiveCache<PrimitiveKey, CachedPrimitive> cache;
+  return cache.get(key, [](const PrimitiveKey& k) { return std::make_shared<const CachedPrimitive>(create_primitive(k)); });
 }
 
 // Runs the cached primitive on these pointers. The C API takes the arguments
