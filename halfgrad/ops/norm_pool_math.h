@@ -29,6 +29,20 @@ HG_INLINE A bn_backward_eval(A g, A invstd, A w) {
   return g * invstd * w;
 }
 
+// Batch norm's view of x, [N, C, S] (S: the product of the spatial dims). A
+// channels-last x (the op gives dense row-major or channels-last) is the
+// row-major [N * S, C, 1]: the same loops, each channel's elements C apart.
+struct BatchNormDims {
+  int64_t n, c, s;
+};
+inline BatchNormDims batch_norm_dims(const Tensor& x) {
+  const int64_t n = x.shape()[0], c = x.shape()[1];
+  int64_t s = 1;
+  for (int64_t d = 2; d < x.dim(); ++d) s *= x.shape()[d];
+  if (!x.is_contiguous()) return {n * s, c, 1};
+  return {n, c, s};
+}
+
 // ---- pooling ---------------------------------------------------------------------------------
 // Where element k (= h * W + w) of plane p (= n * C + c) of [P, H, W] planes
 // lies: row-major planes (p * HW + k), or channels-last [N, H, W, C] memory.

@@ -26,15 +26,7 @@ namespace {
 
 constexpr int64_t kParallelWork = kNormPoolParallelWork;
 
-struct NCS {
-  int64_t n, c, s;
-};
-NCS ncs(const Tensor& x) {
-  const int64_t n = x.shape()[0], c = x.shape()[1];
-  int64_t s = 1;
-  for (int64_t d = 2; d < x.dim(); ++d) s *= x.shape()[d];
-  return {n, c, s};
-}
+math::BatchNormDims ncs(const Tensor& x) { return math::batch_norm_dims(x); }
 
 // Row sums in kLanes running sums that the compiler keeps in one vector
 // register (each lane adds its own elements in order, so no reassociation is

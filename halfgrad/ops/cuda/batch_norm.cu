@@ -145,18 +145,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-struct NCS {
-  int64_t n, c, s;
-};
-// A channels-last x (the op gives dense row-major or channels-last) is the
-// row-major [N * S, C, 1]: the same kernels, each channel's elements C apart.
-NCS ncs(const Tensor& x) {
-  const int64_t n = x.shape()[0], c = x.shape()[1];
-  int64_t s = 1;
-  for (int64_t d = 2; d < x.dim(); ++d) s *= x.shape()[d];
-  if (!x.is_contiguous()) return {n * s, c, 1};
-  return {n, c, s};
-}
+math::BatchNormDims ncs(const Tensor& x) { return math::batch_norm_dims(x); }
 
 }  // namespace
 
