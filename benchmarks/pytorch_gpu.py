@@ -202,7 +202,8 @@ def bench_mlp(args, device):
 
 def bench_mobilenet(args, device):
     """torchvision's mobilenet_v3_small training step (SGD momentum 0.9), float32
-    and float16 autocast + GradScaler, events around each step, blocks interleaved."""
+    and float16 autocast + GradScaler, events around each step, blocks interleaved;
+    NCHW, or channels-last with --channels-last 1."""
     try:
         import torchvision
     except ImportError:
@@ -215,6 +216,9 @@ def bench_mobilenet(args, device):
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     crit = torch.nn.CrossEntropyLoss()
     x = torch.randn(batch, 3, size, size, device=device)
+    if args.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
     y = torch.randint(0, 1000, (batch,), device=device)
     amp_dtype = torch.float16 if device.type == "cuda" else torch.bfloat16
 
@@ -261,6 +265,7 @@ def main():
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--widths", default="", help="comma-separated layer widths (smoke tests)")
     p.add_argument("--batch", type=int, default=0, help="batch size (smoke tests)")
+    p.add_argument("--channels-last", type=int, default=0, help="mobilenet: model and images in torch.channels_last")
     args = p.parse_args()
 
     device = torch.device(args.device)
