@@ -16,6 +16,7 @@
 #include <halfgrad/ops/operators.h>
 #include <halfgrad/amp/autocast.h>
 #include <halfgrad/amp/grad_scaler.h>
+#include <halfgrad/amp/numerics.h>
 #include <halfgrad/amp/policy.h>
 #include <halfgrad/nn/nn.h>
 #include <halfgrad/nn/models/mobilenet_v3.h>

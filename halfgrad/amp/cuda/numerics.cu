@@ -1,0 +1,52 @@
+// The log2 histogram on CUDA (amp/cuda/numerics_cuda.h): each block counts its
+// grid-stride share of the elements in shared memory (the bin of a value is
+// amp/numerics_math.h's, as on the CPU), then adds its 60 counts to the global
+// ones with one atomic each. Integer counts: the same result in any order.
+#include <cuda_runtime.h>
+
+#include <halfgrad/amp/cuda/numerics_cuda.h>
+#include <halfgrad/amp/numerics_math.h>
+#include <halfgrad/core/cuda/check.h>
+#include <halfgrad/core/error.h>
+#include <halfgrad/ops/cuda/loops.cuh>
+
+namespace halfgrad::amp::cuda_kernels {
+namespace {
+
+using cuda_ops::Elem;
+using cuda_ops::storage_t;
+constexpr int kBlock = 256;
+
+template <typename T>
+__global__ void __launch_bounds__(kBlock)
+    histogram_kernel(const storage_t<T>* __restrict__ p, int64_t n, unsigned long long* __restrict__ counts) {
+  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  __shared__ unsigned int h[numerics::kBins];
+  for (int b = threadIdx.x; b < numerics::kBins; b += blockDim.x) h[b] = 0;
+  __syncthreads();
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    atomicAdd(&h[numerics::log2_bin<A>(static_cast<A>(Elem<T>::load(p[i])))], 1u);
+  __syncthreads();
+  for (int b = threadIdx.x; b < numerics::kBins; b += blockDim.x)
+    if (h[b] != 0) atomicAdd(&counts[b], static_cast<unsigned long long>(h[b]));
+}
+
+}  // namespace
+
+void accumulate_log2_histogram(const Tensor& t, const Tensor& counts) {
+  const int device = t.device().index();
+  cuda::DeviceGuard guard(device);
+  const int64_t n = t.numel();
+  // a block's shared counts hold up to 2^32 - 1 each: at most 2^31 elements per block
+  const unsigned blocks = cuda_ops::grid_for(n, kBlock, device);
+  static_assert(sizeof(unsigned long long) == sizeof(int64_t));
+  auto* out = static_cast<unsigned long long*>(counts.data_ptr());
+  HG_DISPATCH_FLOATING(t.dtype(), "accumulate_log2_histogram", [&] {
+    histogram_kernel<scalar_t><<<blocks, kBlock, 0, cuda::stream()>>>(
+        static_cast<const storage_t<scalar_t>*>(t.data_ptr()), n, out);
+    HG_CUDA_CHECK(cudaGetLastError());
+  });
+}
+
+}  // namespace halfgrad::amp::cuda_kernels
