@@ -31,6 +31,9 @@ void check_options(const char* where, const char* scale_name, const GradScalerOp
            "{}: backoff_factor should be in (0, 1), got {} (0 would make the scale 0 after an overflow)", where,
            o.backoff_factor);
   HG_CHECK(o.growth_interval > 0, "{}: growth_interval should be > 0, got {}", where, o.growth_interval);
+  HG_CHECK(o.min_scale >= 0.0 && o.min_scale <= o.init_scale,
+           "{}: min_scale should be 0 (no floor) or a positive scale no larger than {} = {}, got {}", where,
+           scale_name, o.init_scale, o.min_scale);
 }
 
 // A state dict holds counts as doubles: check before converting (a NaN or
@@ -147,6 +150,20 @@ void GradScaler::update() {
   if (is_tracing())
     trace_line(fmt::format("[scaler]   update: scale {} -> {} (clean steps in a row: {} of {})", before, get_scale(),
                            growth_tracker(), options_.growth_interval));
+  if (options_.min_scale > 0.0) {
+    skipped_in_a_row_ = found.item<float>() != 0.0f ? skipped_in_a_row_ + 1 : 0;
+    const double now = get_scale();
+    if (now < options_.min_scale) {
+      scale_.fill_(options_.min_scale);  // the state stays usable (and saveable) at the floor
+      fail("GradScaler.update: the loss scale fell to {:g}, below min_scale = {:g}: {} step{} in a row skipped "
+           "because the gradients held inf or NaN at every scale tried. The overflow is not the scale's: {}",
+           now, options_.min_scale, skipped_in_a_row_, skipped_in_a_row_ == 1 ? "" : "s",
+           explain_ ? explain_()
+                    : std::string("look for the layer that produces it (amp::non_finite_grads(model) names the "
+                                  "parameters whose gradients hold inf or NaN; scaler.set_explain adds that here), "
+                                  "a learning rate too high, or an input with inf or NaN"));
+    }
+  }
 }
 
 void GradScaler::update(double new_scale) {

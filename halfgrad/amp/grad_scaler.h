@@ -19,6 +19,7 @@
 // so a whole training step can be captured in a CUDA graph. What waits for
 // the device: get_scale(), growth_tracker(), state_dict(), asking a
 // StepResult, and trace lines (only while tracing).
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -50,6 +51,12 @@ struct GradScalerOptions {
   double backoff_factor = 0.5;
   int64_t growth_interval = 2000;
   bool enabled = true;
+  // A floor for the scale (0: none, PyTorch's behaviour). When an overflow
+  // would take the scale below it, update() raises an Error saying how many
+  // steps in a row were skipped, plus what the explain callback (set_explain)
+  // reports, instead of letting the scale slide towards 0 while no step is
+  // applied. Costs one read of the scale per update() (a device sync on CUDA).
+  double min_scale = 0.0;
 };
 
 // The result of scaler.step(): whether the update was applied. Asking syncs
@@ -80,6 +87,9 @@ class GradScaler {
   StepResult step(ScaledOptimizer& optimizer);
   // Adjust S for the next iteration (PyTorch's _amp_update_scale_).
   void update();
+  // What min_scale's Error adds to its message, e.g. the gradients that hold
+  // inf or NaN: scaler.set_explain([&] { return amp::describe(amp::non_finite_grads(model)); }).
+  void set_explain(std::function<std::string()> explain) { explain_ = std::move(explain); }
   void update(double new_scale);
 
   double get_scale() const;      // reads the scale (a device sync on CUDA)
@@ -108,6 +118,8 @@ class GradScaler {
   Tensor growth_tracker_;  // int64 scalar
   int64_t init_growth_tracker_ = 0;  // from load_state_dict before the first scale()
   std::map<const ScaledOptimizer*, PerOptimizer> per_optimizer_;
+  std::function<std::string()> explain_;
+  int64_t skipped_in_a_row_ = 0;  // counted only with a min_scale (it reads found_inf)
 };
 
 }  // namespace halfgrad::amp

@@ -131,4 +131,25 @@ std::string Log2Histogram::str() const {
   return s;
 }
 
+std::vector<NonFiniteGrad> non_finite_grads(const std::vector<std::pair<std::string, Tensor>>& named) {
+  std::vector<NonFiniteGrad> found;
+  for (const auto& [name, p] : named) {
+    if (!p.defined() || !p.grad().defined() || !is_floating(p.grad().dtype())) continue;
+    const Tensor g = p.grad().detach();
+    const int64_t inf = sum(isinf(g)).item<int64_t>(), nan = sum(isnan(g)).item<int64_t>();
+    if (inf + nan > 0) found.push_back({name, g.describe(), inf, nan});
+  }
+  return found;
+}
+
+std::string describe(const std::vector<NonFiniteGrad>& found) {
+  if (found.empty()) return "no gradient holds inf or NaN";
+  std::string s;
+  for (const NonFiniteGrad& f : found) {
+    if (!s.empty()) s += "; ";
+    s += fmt::format("grad of {} ({}) holds {} inf, {} NaN", f.name, f.tensor, f.inf, f.nan);
+  }
+  return s;
+}
+
 }  // namespace halfgrad::amp

@@ -19,6 +19,8 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <halfgrad/core/tensor.h>
 
@@ -54,5 +56,19 @@ struct Log2Histogram {
   // One line per non-empty bin: "2^-24  12345  0.52%", for printing.
   std::string str() const;
 };
+
+// A parameter whose .grad holds inf or NaN.
+struct NonFiniteGrad {
+  std::string name;    // as given (a module's named_parameters(): "features.3.conv.weight")
+  std::string tensor;  // the gradient's describe(): dtype, shape, device
+  int64_t inf = 0, nan = 0;
+};
+// Every parameter of `named` whose gradient holds an inf or a NaN, in the
+// order given: after a skipped step, which ones overflowed. Reads two counts
+// per gradient (a device sync each on CUDA): a diagnosis, not for every step.
+std::vector<NonFiniteGrad> non_finite_grads(const std::vector<std::pair<std::string, Tensor>>& named);
+// "grad of fc2.weight (float32[256, 256] cpu) holds 3 inf, 0 NaN; ..." or
+// "no gradient holds inf or NaN".
+std::string describe(const std::vector<NonFiniteGrad>& found);
 
 }  // namespace halfgrad::amp

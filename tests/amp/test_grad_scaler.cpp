@@ -226,3 +226,41 @@ TEST_CASE("The scale moves by factors applied in double and rounded once, as PyT
     CHECK(static_cast<float>(scaler.get_scale()) == expected);
   }
 }
+
+TEST_CASE("GradScaler min_scale: the scale stops at the floor with an Error that says why", "[amp][scaler]") {
+  auto w = hg::ones({2}).requires_grad_();
+  hg::optim::SGD opt({w}, {.lr = 0.1});
+  GradScaler scaler({.init_scale = 4.0, .min_scale = 1.0});
+  scaler.set_explain([&] { return hg::amp::describe(hg::amp::non_finite_grads({{"layer.weight", w}})); });
+  const hg::Tensor inf = hg::full({2}, INFINITY);
+  auto overflowing_step = [&] {
+    opt.zero_grad();
+    scaler.scale((w * inf).sum()).backward();  // d/dw = inf
+    scaler.step(opt);
+    scaler.update();
+  };
+  overflowing_step();
+  CHECK(scaler.get_scale() == 2.0);
+  overflowing_step();
+  CHECK(scaler.get_scale() == 1.0);  // at the floor: allowed
+  std::string message;
+  try {
+    overflowing_step();  // 0.5 would be below it
+  } catch (const hg::Error& e) {
+    message = e.what();
+  }
+  CHECK_THAT(message, Catch::Matchers::Contains("below min_scale = 1"));
+  CHECK_THAT(message, Catch::Matchers::Contains("3 steps in a row skipped"));
+  CHECK_THAT(message, Catch::Matchers::Contains("grad of layer.weight (float32[2] cpu) holds 2 inf, 0 NaN"));
+  CHECK(scaler.get_scale() == 1.0);                          // held at the floor
+  CHECK(hgtest::values(w.detach()) == std::vector<double>{1.0, 1.0});  // no step was applied
+  // a clean step resets the count; without a floor the scale would have gone on halving
+  opt.zero_grad();
+  scaler.scale(w.sum()).backward();
+  CHECK(scaler.step(opt).applied());
+  scaler.update();
+  CHECK(scaler.get_scale() == 1.0);
+  hgtest::expect_errors({{"a floor above the initial scale",
+                          [] { GradScaler s({.init_scale = 2.0, .min_scale = 4.0}); },
+                          {"min_scale", "no larger than init_scale"}}});
+}

@@ -115,3 +115,17 @@ TEST_CASE("CUDA log2 histogram matches the CPU", "[amp][numerics][cuda]") {
     CHECK(cpu.counts == gpu.counts);
   }
 }
+
+TEST_CASE("non_finite_grads names the parameters whose gradients hold inf or NaN", "[amp][numerics]") {
+  auto a = hg::ones({3}).requires_grad_(), b = hg::ones({2, 2}).requires_grad_(), c = hg::ones({1}).requires_grad_();
+  // a's gradient finite, b's with an inf and a NaN, c without a gradient
+  (a * 2.0).sum().backward();
+  (b * hgtest::make({1.0, INFINITY, NAN, 1.0}, {2, 2}, DType::Float32)).sum().backward();
+  const auto found = hg::amp::non_finite_grads({{"a", a}, {"b", b}, {"c", c}});
+  REQUIRE(found.size() == 1);
+  CHECK(found[0].name == "b");
+  CHECK(found[0].inf == 1);
+  CHECK(found[0].nan == 1);
+  CHECK(hg::amp::describe(found) == "grad of b (float32[2, 2] cpu) holds 1 inf, 1 NaN");
+  CHECK(hg::amp::describe({}) == "no gradient holds inf or NaN");
+}
