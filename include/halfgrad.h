@@ -14,6 +14,7 @@
 #include <halfgrad/autograd/grad_mode.h>
 #include <halfgrad/ops/ops.h>
 #include <halfgrad/ops/operators.h>
+#include <halfgrad/amp/anomaly.h>
 #include <halfgrad/amp/autocast.h>
 #include <halfgrad/amp/grad_scaler.h>
 #include <halfgrad/amp/numerics.h>

@@ -6,6 +6,7 @@
 
 #include <halfgrad/autograd/grad_mode.h>
 #include <halfgrad/autograd/node.h>
+#include <halfgrad/amp/anomaly_hooks.h>
 #include <halfgrad/amp/autocast.h>
 #include <halfgrad/ops/ops.h>
 
@@ -144,7 +145,16 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
     ready.pop_back();
     Tensor g = std::move(pending[node.get()]);
     pending.erase(node.get());
-    Grads grads = node->apply(g);
+    Grads grads;
+    if (amp::detect_non_finite_active()) {
+      {
+        amp::SuppressNonFiniteChecks formula;  // its inner ops are not the user's
+        grads = node->apply(g);
+      }
+      amp::detail_check_non_finite("backward", node->name, "backward", {g}, grads);
+    } else {
+      grads = node->apply(g);
+    }
     g = Tensor();  // drop our reference so AccumulateGrad can take ownership
     if (!retain_graph) node->release();
     for (size_t i = 0; i < node->next.size() && i < grads.size(); ++i) {

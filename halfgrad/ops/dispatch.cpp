@@ -1,5 +1,9 @@
 #include <halfgrad/ops/dispatch.h>
 
+#include <optional>
+#include <string>
+
+#include <halfgrad/amp/anomaly_hooks.h>
 #include <halfgrad/amp/autocast.h>
 #include <halfgrad/autograd/grad_mode.h>
 #include <halfgrad/ops/util.h>
@@ -61,12 +65,38 @@ void save_for_backward(const Tensor& t) {
   t_extras->push_back(t);
 }
 
+// amp::DetectNonFinite (amp/anomaly.h), when a guard is waiting: the policy
+// row is read before the casts, the op's own inner ops (a forward written with
+// other ops, a composite's body) are not checked, its output is.
+namespace {
+struct NonFiniteWatch {
+  OpId op;
+  bool on;
+  std::string row;
+  std::optional<amp::SuppressNonFiniteChecks> inner;
+  NonFiniteWatch(OpId o, const std::vector<Tensor>& inputs) : op(o), on(amp::detect_non_finite_active()) {
+    if (on) row = amp::policy_row_now(op, inputs);
+  }
+  void begin() {
+    if (on) inner.emplace();
+  }
+  void end(const std::vector<Tensor>& inputs, const Tensor& out) {
+    if (!on) return;
+    inner.reset();
+    amp::detail_check_non_finite("forward", std::string(op_name(op)), row, inputs, {out});
+  }
+};
+}  // namespace
+
 Tensor call(OpId op, std::vector<Tensor> inputs, const Forward& forward, Backward backward, Save save) {
+  NonFiniteWatch watch(op, inputs);
   amp::autocast_inputs(op, inputs);
   check_same_device(op_name(op), inputs);
   const bool records = autograd::grad_enabled() && any_requires_grad(inputs);
   std::vector<Tensor> extras;
+  watch.begin();
   Tensor out = run_forward(inputs, forward, records, &extras);
+  watch.end(inputs, out);
   // integer and bool outputs carry no gradient (as in PyTorch: x.to(int64))
   if (!records || !is_floating(out.dtype())) return out;
 
@@ -94,16 +124,27 @@ Tensor call(OpId op, std::vector<Tensor> inputs, const Forward& forward, Backwar
 }
 
 Tensor composite(OpId op, std::vector<Tensor> inputs, const Forward& body) {
+  NonFiniteWatch watch(op, inputs);
   amp::autocast_inputs(op, inputs);
   check_same_device(op_name(op), inputs);
-  amp::AutocastOff no_autocast;
-  return body(inputs);
+  Tensor out;
+  {
+    amp::AutocastOff no_autocast;
+    watch.begin();
+    out = body(inputs);
+  }
+  watch.end(inputs, out);
+  return out;
 }
 
 Tensor call_nograd(OpId op, std::vector<Tensor> inputs, const Forward& forward) {
+  NonFiniteWatch watch(op, inputs);
   amp::autocast_inputs(op, inputs);
   check_same_device(op_name(op), inputs);
-  return run_forward(inputs, forward);
+  watch.begin();
+  Tensor out = run_forward(inputs, forward);
+  watch.end(inputs, out);
+  return out;
 }
 
 namespace {
