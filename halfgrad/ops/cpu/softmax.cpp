@@ -30,8 +30,10 @@ void softmax(const Tensor& in, const Tensor& out, bool log) {
       A sum = 0;
       for (int64_t j = 0; j < c; ++j) sum += std::exp(static_cast<A>(xr[j]) - mx);
       if (log) {
-        const A lse = mx + std::log(sum);
-        for (int64_t j = 0; j < c; ++j) yr[j] = static_cast<scalar_t>(static_cast<A>(xr[j]) - lse);
+        // (x - max) - log(sum), PyTorch's order: max + log(sum) first would round
+        // a confident row's tiny log(sum) (6e-6 next to 12) to 12's ulps
+        const A ls = std::log(sum);
+        for (int64_t j = 0; j < c; ++j) yr[j] = static_cast<scalar_t>((static_cast<A>(xr[j]) - mx) - ls);
       } else {
         const A inv = A(1) / sum;
         for (int64_t j = 0; j < c; ++j) yr[j] = static_cast<scalar_t>(std::exp(static_cast<A>(xr[j]) - mx) * inv);

@@ -68,9 +68,9 @@ __global__ void __launch_bounds__(kThreads)
     for (int64_t j = g.lane; j < c; j += g.width) sum += math::exp_(static_cast<A>(Elem<T>::load(xr[j])) - mx);
     sum = g.allreduce(sum, SumOp{}, smem);
     if (log) {
-      const A lse = mx + math::log_(sum);
+      const A ls = math::log_(sum);  // (x - max) - log(sum), as on the CPU
       for (int64_t j = g.lane; j < c; j += g.width)
-        yr[j] = Elem<T>::store(static_cast<acc_t<T>>(static_cast<A>(Elem<T>::load(xr[j])) - lse));
+        yr[j] = Elem<T>::store(static_cast<acc_t<T>>((static_cast<A>(Elem<T>::load(xr[j])) - mx) - ls));
     } else {
       const A inv = A(1) / sum;
       for (int64_t j = g.lane; j < c; j += g.width)
