@@ -12,11 +12,13 @@
 #include <halfgrad/core/random.h>
 #include <halfgrad/core/tensor.h>
 #include <halfgrad/autograd/grad_mode.h>
+#include <halfgrad/autograd/hooks.h>
 #include <halfgrad/ops/ops.h>
 #include <halfgrad/ops/operators.h>
 #include <halfgrad/amp/anomaly.h>
 #include <halfgrad/amp/autocast.h>
 #include <halfgrad/amp/grad_scaler.h>
+#include <halfgrad/amp/monitor.h>
 #include <halfgrad/amp/numerics.h>
 #include <halfgrad/amp/policy.h>
 #include <halfgrad/nn/nn.h>

@@ -114,6 +114,7 @@ void GradScaler::unscale_(ScaledOptimizer& optimizer) {
 
 StepResult GradScaler::step(ScaledOptimizer& optimizer) {
   if (!options_.enabled) {
+    notify(ScalerStep{});
     optimizer.step(ScalerStep{});
     return StepResult();
   }
@@ -125,6 +126,7 @@ StepResult GradScaler::step(ScaledOptimizer& optimizer) {
     handshake.inv_scale = inv_scale();
   }
   handshake.found_inf = st.found_inf;
+  notify(handshake);
   optimizer.step(handshake);
   st.stage = Stage::Stepped;
   if (is_tracing())  // reading the flag syncs with the device: only when teaching
@@ -132,6 +134,21 @@ StepResult GradScaler::step(ScaledOptimizer& optimizer) {
                            st.found_inf.item<float>() != 0 ? "yes" : "no",
                            st.found_inf.item<float>() != 0 ? "SKIPPED" : "applied (grads unscaled in the same pass)"));
   return StepResult(st.found_inf);
+}
+
+int64_t GradScaler::add_step_observer(StepObserver fn) {
+  HG_CHECK(fn != nullptr, "GradScaler::add_step_observer: the observer is empty");
+  observers_.emplace_back(next_observer_id_, std::move(fn));
+  return next_observer_id_++;
+}
+
+void GradScaler::remove_step_observer(int64_t id) {
+  std::erase_if(observers_, [id](const auto& o) { return o.first == id; });
+}
+
+void GradScaler::notify(const ScalerStep& handshake) const {
+  const auto run = observers_;  // a copy: an observer may remove itself
+  for (const auto& [id, fn] : run) fn(handshake);
 }
 
 void GradScaler::update() {

@@ -91,6 +91,13 @@ class GradScaler {
   // inf or NaN: scaler.set_explain([&] { return amp::describe(amp::non_finite_grads(model)); }).
   void set_explain(std::function<std::string()> explain) { explain_ = std::move(explain); }
   void update(double new_scale);
+  // Observers of step() (amp::Monitor is one): fn(handshake) runs after the
+  // inf/NaN check and before the optimizer's update, with what the optimizer
+  // gets (both tensors undefined for a disabled scaler; inv_scale undefined
+  // after unscale_). It only queues work unless the observer reads a value.
+  using StepObserver = std::function<void(const ScalerStep&)>;
+  int64_t add_step_observer(StepObserver fn);
+  void remove_step_observer(int64_t id);  // unknown ids are ignored
 
   double get_scale() const;      // reads the scale (a device sync on CUDA)
   Tensor scale_tensor() const;   // the scale tensor itself, no sync (undefined before the first scale())
@@ -119,6 +126,9 @@ class GradScaler {
   int64_t init_growth_tracker_ = 0;  // from load_state_dict before the first scale()
   std::map<const ScaledOptimizer*, PerOptimizer> per_optimizer_;
   std::function<std::string()> explain_;
+  std::vector<std::pair<int64_t, StepObserver>> observers_;
+  int64_t next_observer_id_ = 0;
+  void notify(const ScalerStep& handshake) const;
   int64_t skipped_in_a_row_ = 0;  // counted only with a min_scale (it reads found_inf)
 };
 

@@ -3,6 +3,7 @@
 #include <halfgrad/amp/numerics.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <type_traits>
 #include <vector>
@@ -27,19 +28,32 @@ namespace {
 
 constexpr int64_t kChunk = 1 << 16;  // elements per OpenMP task
 
+// out: the counts, then (with_max) the bits of the largest finite |x| as a double.
 template <typename T>
-void histogram_cpu(const T* p, int64_t n, int64_t* out) {
+void histogram_cpu(const T* p, int64_t n, int64_t* out, bool with_max) {
   using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   std::vector<int64_t> partial(static_cast<size_t>(chunks * numerics::kBins), 0);
+  std::vector<double> partial_max(static_cast<size_t>(chunks), 0.0);
 #pragma omp parallel for schedule(static) if (chunks > 1)
   for (int64_t c = 0; c < chunks; ++c) {
     int64_t* h = partial.data() + c * numerics::kBins;
     const int64_t end = std::min(n, (c + 1) * kChunk);
-    for (int64_t i = c * kChunk; i < end; ++i) ++h[numerics::log2_bin<A>(static_cast<A>(p[i]))];
+    A m = 0;
+    for (int64_t i = c * kChunk; i < end; ++i) {
+      const A v = static_cast<A>(p[i]);
+      const int b = numerics::log2_bin<A>(v);
+      ++h[b];
+      if (with_max && b != numerics::kBinNonFinite) m = std::max(m, std::abs(v));
+    }
+    partial_max[static_cast<size_t>(c)] = static_cast<double>(m);
   }
   for (int64_t c = 0; c < chunks; ++c)
     for (int b = 0; b < numerics::kBins; ++b) out[b] += partial[static_cast<size_t>(c * numerics::kBins + b)];
+  if (with_max) {
+    const double m = *std::max_element(partial_max.begin(), partial_max.end());
+    out[numerics::kBins] = std::max(out[numerics::kBins], std::bit_cast<int64_t>(m));
+  }
 }
 
 }  // namespace
@@ -51,11 +65,13 @@ void accumulate_log2_histogram(const Tensor& t, const Tensor& counts) {
            "accumulate_log2_histogram: {} is not floating; the histogram is of float32, float16, bfloat16 or "
            "float64 values",
            t.describe());
-  HG_CHECK(counts.dtype() == DType::Int64 && counts.dim() == 1 && counts.numel() == Log2Histogram::kBins &&
+  HG_CHECK(counts.dtype() == DType::Int64 && counts.dim() == 1 &&
+               (counts.numel() == Log2Histogram::kBins || counts.numel() == Log2Histogram::kStatsSize) &&
                counts.is_contiguous(),
-           "accumulate_log2_histogram: counts {} must be a contiguous int64 tensor of {} elements "
-           "(Log2Histogram::zeros(device) makes one)",
-           counts.describe(), Log2Histogram::kBins);
+           "accumulate_log2_histogram: counts {} must be a contiguous int64 tensor of {} elements ({} with the "
+           "max |x|; Log2Histogram::zeros(device, with_max) makes one)",
+           counts.describe(), Log2Histogram::kBins, Log2Histogram::kStatsSize);
+  const bool with_max = counts.numel() == Log2Histogram::kStatsSize;
   HG_CHECK(t.device() == counts.device(),
            "accumulate_log2_histogram: tensor {} and counts {} are on different devices; make the counts with "
            "Log2Histogram::zeros({})",
@@ -64,27 +80,41 @@ void accumulate_log2_histogram(const Tensor& t, const Tensor& counts) {
   // any layout: the values, not their order, matter; dense tensors are read in place
   const Tensor d = ops::non_overlapping_and_dense(t) ? t : t.contiguous();
 #if HALFGRAD_WITH_CUDA
-  if (d.device().is_cuda()) return cuda_kernels::accumulate_log2_histogram(d, counts);
+  if (d.device().is_cuda()) return cuda_kernels::accumulate_log2_histogram(d, counts, with_max);
 #endif
   int64_t* out = counts.data<int64_t>();
   // a dense tensor's elements are the numel() values from its lowest address
   HG_DISPATCH_FLOATING(d.dtype(), "accumulate_log2_histogram",
-                       [&] { histogram_cpu<scalar_t>(static_cast<const scalar_t*>(d.data_ptr()), d.numel(), out); });
+                       [&] { histogram_cpu<scalar_t>(static_cast<const scalar_t*>(d.data_ptr()), d.numel(), out, with_max); });
 }
 
-Tensor Log2Histogram::zeros(Device device) {
-  return halfgrad::zeros({kBins}, TensorOptions(DType::Int64, device));
+Tensor Log2Histogram::zeros(Device device, bool with_max) {
+  return halfgrad::zeros({with_max ? kStatsSize : kBins}, TensorOptions(DType::Int64, device));
 }
 
 Log2Histogram Log2Histogram::read(const Tensor& counts) {
-  HG_CHECK(counts.defined() && counts.dtype() == DType::Int64 && counts.numel() == kBins,
-           "Log2Histogram::read: expected an int64 tensor of {} counts, got {}", kBins,
+  HG_CHECK(counts.defined() && counts.dtype() == DType::Int64 && (counts.numel() == kBins || counts.numel() == kStatsSize),
+           "Log2Histogram::read: expected an int64 tensor of {} counts (or {} with the max), got {}", kBins, kStatsSize,
            counts.defined() ? counts.describe() : "undefined");
   const Tensor host = counts.to(Device::cpu()).contiguous();
+  return from(host.data<int64_t>(), counts.numel() == kStatsSize);
+}
+
+Log2Histogram Log2Histogram::from(const int64_t* values, bool with_max) {
   Log2Histogram h;
-  const int64_t* p = host.data<int64_t>();
-  for (int b = 0; b < kBins; ++b) h.counts[static_cast<size_t>(b)] = p[b];
+  for (int b = 0; b < kBins; ++b) h.counts[static_cast<size_t>(b)] = values[b];
+  if (with_max) h.max_abs = std::bit_cast<double>(values[kBins]);
   return h;
+}
+
+double Log2Histogram::share_zero() const {
+  const int64_t n = total();
+  return n == 0 ? 0.0 : static_cast<double>(zeros_count()) / static_cast<double>(n);
+}
+
+double Log2Histogram::share_non_finite() const {
+  const int64_t n = total();
+  return n == 0 ? 0.0 : static_cast<double>(non_finite()) / static_cast<double>(n);
 }
 
 int64_t Log2Histogram::total() const {

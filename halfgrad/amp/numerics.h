@@ -28,23 +28,32 @@ namespace halfgrad::amp {
 
 // Adds the counts of t's elements (float32, float16, bfloat16 or float64, any
 // layout) into `counts`, an int64 tensor of Log2Histogram::kBins elements on
-// t's device. On CUDA it only queues kernels.
+// t's device. With kStatsSize elements (kBins + 1), the last one also keeps
+// the largest finite |x| seen (as the bits of a double: for non-negative
+// doubles their order is the integers' order, so a max of integers is the max
+// of the values). On CUDA it only queues kernels.
 void accumulate_log2_histogram(const Tensor& t, const Tensor& counts);
 
 // A histogram on the host.
 struct Log2Histogram {
   static constexpr int kLowExp = -40, kHighExp = 16;  // the binades' range: 2^-40 to 2^16
   static constexpr int kBins = 60;
+  static constexpr int kStatsSize = kBins + 1;  // the counts, then max |x|
   std::array<int64_t, kBins> counts{};
+  double max_abs = 0.0;  // the largest finite |x| (0 when read from counts without it)
 
-  // An int64 [kBins] tensor of zeros to accumulate into.
-  static Tensor zeros(Device device);
+  // An int64 [kBins] (with_max: [kStatsSize]) tensor of zeros to accumulate into.
+  static Tensor zeros(Device device, bool with_max = false);
   // The counts of such a tensor (one device-to-host copy).
   static Log2Histogram read(const Tensor& counts);
+  // From a host pointer to kBins (with_max: kStatsSize) values.
+  static Log2Histogram from(const int64_t* values, bool with_max);
 
   int64_t total() const;
   int64_t zeros_count() const { return counts[0]; }
   int64_t non_finite() const { return counts[kBins - 1]; }
+  double share_zero() const;
+  double share_non_finite() const;
   // The count in binade k (2^k <= |x| < 2^(k+1)), for k in [kLowExp, kHighExp).
   int64_t binade(int k) const;
   // Non-zero finite elements with |x| < threshold, counted exactly when the

@@ -6,6 +6,7 @@
 
 #include <halfgrad/autograd/grad_mode.h>
 #include <halfgrad/autograd/node.h>
+#include <halfgrad/autograd/hooks.h>
 #include <halfgrad/amp/anomaly_hooks.h>
 #include <halfgrad/amp/autocast.h>
 #include <halfgrad/ops/ops.h>
@@ -76,6 +77,19 @@ void FunctionNode::release() {
 Grads AccumulateGrad::apply(const Tensor& grad_output) {
   auto impl = leaf.lock();
   if (!impl) return {};
+  accumulate(*impl, grad_output);
+  decltype(hooks) run;  // a copy, taken under the lock: a hook may remove itself
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    run = hooks;
+  }
+  const Tensor leaf_tensor(impl);
+  for (const auto& [id, fn] : run) fn(leaf_tensor);
+  return {};
+}
+
+void AccumulateGrad::accumulate(TensorImpl& leaf_impl, const Tensor& grad_output) {
+  auto* impl = &leaf_impl;
   std::lock_guard<std::mutex> lock(mutex);
   const Tensor& g = grad_output;
   // The leaf owns its .grad: never alias a tensor someone else may still
@@ -89,7 +103,25 @@ Grads AccumulateGrad::apply(const Tensor& grad_output) {
   } else {
     impl->grad = add(Tensor(impl->grad), g).impl_ptr();
   }
-  return {};
+}
+
+int64_t register_post_accumulate_grad_hook(const Tensor& leaf, PostAccumulateGradHook fn) {
+  HG_CHECK(leaf.defined() && leaf.requires_grad() && !leaf.grad_fn(),
+           "register_post_accumulate_grad_hook: {} is not a leaf that requires grad (hooks run when backward "
+           "writes a leaf's .grad; call requires_grad_() on a leaf, e.g. a parameter)",
+           leaf.defined() ? leaf.describe() : "an undefined tensor");
+  HG_CHECK(fn != nullptr, "register_post_accumulate_grad_hook: the hook is empty");
+  auto acc = std::static_pointer_cast<AccumulateGrad>(gradient_edge(leaf));
+  std::lock_guard<std::mutex> lock(acc->mutex);
+  acc->hooks.emplace_back(acc->next_hook_id, std::move(fn));
+  return acc->next_hook_id++;
+}
+
+void remove_post_accumulate_grad_hook(const Tensor& leaf, int64_t id) {
+  if (!leaf.defined() || !leaf.unsafe_impl()->grad_accumulator) return;
+  auto acc = std::static_pointer_cast<AccumulateGrad>(leaf.unsafe_impl()->grad_accumulator);
+  std::lock_guard<std::mutex> lock(acc->mutex);
+  std::erase_if(acc->hooks, [id](const auto& h) { return h.first == id; });
 }
 
 std::shared_ptr<Node> gradient_edge(const Tensor& t) {

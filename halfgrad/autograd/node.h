@@ -79,7 +79,13 @@ struct FunctionNode final : Node {
 struct AccumulateGrad final : Node {
   std::weak_ptr<TensorImpl> leaf;
   std::mutex mutex;  // backward from several threads may reach one leaf (PyTorch locks here too)
+  // autograd/hooks.h: run after each accumulation, outside the lock
+  std::vector<std::pair<int64_t, std::function<void(const Tensor&)>>> hooks;
+  int64_t next_hook_id = 0;
   Grads apply(const Tensor& grad_output) override;
+
+ private:
+  void accumulate(TensorImpl& leaf_impl, const Tensor& grad_output);
 };
 
 // The edge for `t` as an op input: its grad_fn, its accumulator if it is a

@@ -12,7 +12,7 @@ namespace halfgrad::nn {
 class ReLU : public Module {
  public:
   Tensor forward(const Tensor& x) const { return relu(x); }
-  Tensor operator()(const Tensor& x) const { return forward(x); }
+  Tensor operator()(const Tensor& x) const { return with_forward_hooks(forward(x)); }
 };
 
 // torch.nn.GELU: approximate "none" (the exact erf form, the default) or
@@ -24,7 +24,7 @@ class GELU : public Module {
              "GELU: approximate must be \"none\" (exact, the default) or \"tanh\", got \"{}\"", this->approximate);
   }
   Tensor forward(const Tensor& x) const { return gelu(x, approximate); }
-  Tensor operator()(const Tensor& x) const { return forward(x); }
+  Tensor operator()(const Tensor& x) const { return with_forward_hooks(forward(x)); }
   std::string extra_repr() const override { return "approximate='" + approximate + "'"; }
 
   std::string approximate;
@@ -33,13 +33,13 @@ class GELU : public Module {
 class Sigmoid : public Module {
  public:
   Tensor forward(const Tensor& x) const { return sigmoid(x); }
-  Tensor operator()(const Tensor& x) const { return forward(x); }
+  Tensor operator()(const Tensor& x) const { return with_forward_hooks(forward(x)); }
 };
 
 class Tanh : public Module {
  public:
   Tensor forward(const Tensor& x) const { return tanh(x); }
-  Tensor operator()(const Tensor& x) const { return forward(x); }
+  Tensor operator()(const Tensor& x) const { return with_forward_hooks(forward(x)); }
 };
 
 // MobileNetV3's activations. `inplace` is accepted so that PyTorch-shaped code
@@ -51,7 +51,7 @@ class ReLU6 : public Module {
  public:
   explicit ReLU6(bool inplace = false) : inplace(inplace) {}
   Tensor forward(const Tensor& x) const { return relu6(x); }
-  Tensor operator()(const Tensor& x) const { return forward(x); }
+  Tensor operator()(const Tensor& x) const { return with_forward_hooks(forward(x)); }
   std::string extra_repr() const override { return inplace ? "inplace=True" : ""; }
   bool inplace;
 };
@@ -60,7 +60,7 @@ class Hardswish : public Module {
  public:
   explicit Hardswish(bool inplace = false) : inplace(inplace) {}
   Tensor forward(const Tensor& x) const { return hardswish(x); }
-  Tensor operator()(const Tensor& x) const { return forward(x); }
+  Tensor operator()(const Tensor& x) const { return with_forward_hooks(forward(x)); }
   bool inplace;  // PyTorch's Hardswish repr does not show it either
 };
 
@@ -68,7 +68,7 @@ class Hardsigmoid : public Module {
  public:
   explicit Hardsigmoid(bool inplace = false) : inplace(inplace) {}
   Tensor forward(const Tensor& x) const { return hardsigmoid(x); }
-  Tensor operator()(const Tensor& x) const { return forward(x); }
+  Tensor operator()(const Tensor& x) const { return with_forward_hooks(forward(x)); }
   bool inplace;  // not in the repr, as PyTorch's
 };
 
@@ -83,7 +83,7 @@ class PReLU : public Module {
     register_parameter("weight", weight);
   }
   Tensor forward(const Tensor& x) const { return prelu(x, weight); }
-  Tensor operator()(const Tensor& x) const { return forward(x); }
+  Tensor operator()(const Tensor& x) const { return with_forward_hooks(forward(x)); }
   std::string extra_repr() const override { return "num_parameters=" + std::to_string(num_parameters); }
 
   int64_t num_parameters;

@@ -24,7 +24,7 @@ namespace halfgrad::nn {
 class BatchNormBase : public Module {
  public:
   Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return forward(x); }
+  Tensor operator()(const Tensor& x) const { return with_forward_hooks(forward(x)); }
   // running_mean = 0, running_var = 1, num_batches_tracked = 0.
   void reset_running_stats();
   // The above, and weight = 1, bias = 0.

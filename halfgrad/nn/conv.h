@@ -55,7 +55,7 @@ class Conv1d : public detail::ConvNd {
   Conv1d(int64_t in_channels, int64_t out_channels, SizeArg kernel_size, SizeArg stride = 1, PaddingArg padding = 0,
          SizeArg dilation = 1, int64_t groups = 1, bool bias = true, std::string padding_mode = "zeros");
   Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return forward(x); }
+  Tensor operator()(const Tensor& x) const { return with_forward_hooks(forward(x)); }
 };
 
 class Conv2d : public detail::ConvNd {
@@ -63,7 +63,7 @@ class Conv2d : public detail::ConvNd {
   Conv2d(int64_t in_channels, int64_t out_channels, SizeArg kernel_size, SizeArg stride = 1, PaddingArg padding = 0,
          SizeArg dilation = 1, int64_t groups = 1, bool bias = true, std::string padding_mode = "zeros");
   Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return forward(x); }
+  Tensor operator()(const Tensor& x) const { return with_forward_hooks(forward(x)); }
 };
 
 class Conv3d : public detail::ConvNd {
@@ -71,7 +71,7 @@ class Conv3d : public detail::ConvNd {
   Conv3d(int64_t in_channels, int64_t out_channels, SizeArg kernel_size, SizeArg stride = 1, PaddingArg padding = 0,
          SizeArg dilation = 1, int64_t groups = 1, bool bias = true, std::string padding_mode = "zeros");
   Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return forward(x); }
+  Tensor operator()(const Tensor& x) const { return with_forward_hooks(forward(x)); }
 };
 
 class ConvTranspose1d : public detail::ConvNd {
@@ -80,7 +80,7 @@ class ConvTranspose1d : public detail::ConvNd {
                   SizeArg padding = 0, SizeArg output_padding = 0, int64_t groups = 1, bool bias = true,
                   SizeArg dilation = 1);
   Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return forward(x); }
+  Tensor operator()(const Tensor& x) const { return with_forward_hooks(forward(x)); }
 };
 
 class ConvTranspose2d : public detail::ConvNd {
@@ -89,7 +89,7 @@ class ConvTranspose2d : public detail::ConvNd {
                   SizeArg padding = 0, SizeArg output_padding = 0, int64_t groups = 1, bool bias = true,
                   SizeArg dilation = 1);
   Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return forward(x); }
+  Tensor operator()(const Tensor& x) const { return with_forward_hooks(forward(x)); }
 };
 
 class ConvTranspose3d : public detail::ConvNd {
@@ -98,7 +98,7 @@ class ConvTranspose3d : public detail::ConvNd {
                   SizeArg padding = 0, SizeArg output_padding = 0, int64_t groups = 1, bool bias = true,
                   SizeArg dilation = 1);
   Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return forward(x); }
+  Tensor operator()(const Tensor& x) const { return with_forward_hooks(forward(x)); }
 };
 
 }  // namespace halfgrad::nn

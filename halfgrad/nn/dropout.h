@@ -14,7 +14,7 @@ class Dropout : public Module {
     HG_CHECK(p >= 0.0 && p <= 1.0, "Dropout: probability must be in [0, 1], got {}", p);
   }
   Tensor forward(const Tensor& x) const { return dropout(x, p, is_training()); }
-  Tensor operator()(const Tensor& x) const { return forward(x); }
+  Tensor operator()(const Tensor& x) const { return with_forward_hooks(forward(x)); }
   std::string extra_repr() const override { return fmt::format("p={}", p); }
 
   double p;

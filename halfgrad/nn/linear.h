@@ -16,7 +16,7 @@ class Linear : public Module {
   Tensor forward(const Tensor& x) const;
   // This layer followed by `act`, as one fused op.
   Tensor forward(const Tensor& x, Activation act) const;
-  Tensor operator()(const Tensor& x) const { return forward(x); }
+  Tensor operator()(const Tensor& x) const { return with_forward_hooks(forward(x)); }
   // Draws the parameters again.
   void reset_parameters();
   std::string extra_repr() const override;

@@ -30,7 +30,9 @@ class CrossEntropyLoss : public Module {
   explicit CrossEntropyLoss(Reduction reduction, int64_t ignore_index = -100)
       : CrossEntropyLoss(CrossEntropyOptions{.ignore_index = ignore_index, .reduction = reduction}) {}
   Tensor forward(const Tensor& input, const Tensor& target) const { return cross_entropy(input, target, options); }
-  Tensor operator()(const Tensor& input, const Tensor& target) const { return forward(input, target); }
+  Tensor operator()(const Tensor& input, const Tensor& target) const {
+    return with_forward_hooks(forward(input, target));
+  }
 
   CrossEntropyOptions options;
 };
@@ -44,7 +46,9 @@ class NLLLoss : public Module {
   explicit NLLLoss(Reduction reduction, int64_t ignore_index = -100)
       : NLLLoss(NLLLossOptions{.ignore_index = ignore_index, .reduction = reduction}) {}
   Tensor forward(const Tensor& input, const Tensor& target) const { return nll_loss(input, target, options); }
-  Tensor operator()(const Tensor& input, const Tensor& target) const { return forward(input, target); }
+  Tensor operator()(const Tensor& input, const Tensor& target) const {
+    return with_forward_hooks(forward(input, target));
+  }
 
   NLLLossOptions options;
 };
@@ -54,7 +58,9 @@ class MSELoss : public Module {
   MSELoss(const MSELossOptions& options = {}) : options(options) {}  // NOLINT
   explicit MSELoss(Reduction reduction) : options{.reduction = reduction} {}
   Tensor forward(const Tensor& input, const Tensor& target) const { return mse_loss(input, target, options); }
-  Tensor operator()(const Tensor& input, const Tensor& target) const { return forward(input, target); }
+  Tensor operator()(const Tensor& input, const Tensor& target) const {
+    return with_forward_hooks(forward(input, target));
+  }
 
   MSELossOptions options;
 };
@@ -64,7 +70,9 @@ class L1Loss : public Module {
   L1Loss(const L1LossOptions& options = {}) : options(options) {}  // NOLINT
   explicit L1Loss(Reduction reduction) : options{.reduction = reduction} {}
   Tensor forward(const Tensor& input, const Tensor& target) const { return l1_loss(input, target, options); }
-  Tensor operator()(const Tensor& input, const Tensor& target) const { return forward(input, target); }
+  Tensor operator()(const Tensor& input, const Tensor& target) const {
+    return with_forward_hooks(forward(input, target));
+  }
 
   L1LossOptions options;
 };
@@ -74,7 +82,9 @@ class SmoothL1Loss : public Module {
   SmoothL1Loss(const SmoothL1LossOptions& options = {}) : options(options) {}  // NOLINT
   explicit SmoothL1Loss(Reduction reduction, double beta = 1.0) : options{.reduction = reduction, .beta = beta} {}
   Tensor forward(const Tensor& input, const Tensor& target) const { return smooth_l1_loss(input, target, options); }
-  Tensor operator()(const Tensor& input, const Tensor& target) const { return forward(input, target); }
+  Tensor operator()(const Tensor& input, const Tensor& target) const {
+    return with_forward_hooks(forward(input, target));
+  }
 
   SmoothL1LossOptions options;
 };
@@ -89,7 +99,9 @@ class BCELoss : public Module {
   Tensor forward(const Tensor& input, const Tensor& target) const {
     return binary_cross_entropy(input, target, options);
   }
-  Tensor operator()(const Tensor& input, const Tensor& target) const { return forward(input, target); }
+  Tensor operator()(const Tensor& input, const Tensor& target) const {
+    return with_forward_hooks(forward(input, target));
+  }
 
   BinaryCrossEntropyOptions options;
 };
@@ -105,7 +117,9 @@ class BCEWithLogitsLoss : public Module {
   Tensor forward(const Tensor& input, const Tensor& target) const {
     return binary_cross_entropy_with_logits(input, target, options);
   }
-  Tensor operator()(const Tensor& input, const Tensor& target) const { return forward(input, target); }
+  Tensor operator()(const Tensor& input, const Tensor& target) const {
+    return with_forward_hooks(forward(input, target));
+  }
 
   BCEWithLogitsOptions options;
 };

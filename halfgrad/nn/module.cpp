@@ -17,7 +17,10 @@ Module::Module(Module&& other)
     : params_((other.check_movable(), std::move(other.params_))),
       buffers_(std::move(other.buffers_)),
       children_(std::move(other.children_)),
-      training_(other.training_) {
+      training_(other.training_),
+      forward_hooks_(std::move(other.forward_hooks_)),
+      next_hook_id_(other.next_hook_id_) {
+  other.forward_hooks_.clear();
   other.params_.clear();
   other.buffers_.clear();
   other.children_.clear();
@@ -31,6 +34,22 @@ void Module::check_movable() const {
              "{}: cannot move a module whose sub-module '{}' is a member (registered with register_module(name, "
              "member)); construct it in place (std::make_shared, Sequential::emplace_back) instead of moving it",
              type_name(), c.name);
+}
+
+int64_t Module::register_forward_hook(ForwardHook fn) {
+  HG_CHECK(fn != nullptr, "{}::register_forward_hook: the hook is empty", type_name());
+  forward_hooks_.emplace_back(next_hook_id_, std::move(fn));
+  return next_hook_id_++;
+}
+
+void Module::remove_forward_hook(int64_t id) {
+  std::erase_if(forward_hooks_, [id](const auto& h) { return h.first == id; });
+}
+
+void Module::run_forward_hooks(const Tensor& output) const {
+  // a copy: a hook may remove itself (or others) while they run
+  const auto hooks = forward_hooks_;
+  for (const auto& [id, fn] : hooks) fn(*this, output);
 }
 
 namespace {

@@ -19,8 +19,9 @@
 // owned by its parent through a shared_ptr (Sequential does this).
 //
 // Layers have a plain member `Tensor forward(const Tensor&)` and an
-// operator() that calls it; Module itself has no virtual forward because
-// models differ in what they take and return.
+// operator() that calls it and shows the output to the module's forward
+// hooks (`return with_forward_hooks(forward(x));`); Module itself has no
+// virtual forward because models differ in what they take and return.
 #include <concepts>
 #include <functional>
 #include <iosfwd>
@@ -118,6 +119,21 @@ class Module {
   // and unexpected keys. Nothing is copied when there is an Error.
   LoadResult load_state_dict(const StateDict& state, bool strict = true);
 
+  // ---- forward hooks (PyTorch's register_forward_hook): fn(module, output)
+  // runs after each call of the module through operator() (and a
+  // Sequential's call of its layers), e.g. for amp::Monitor's activation
+  // statistics. A Sequential does not fuse a layer that has hooks, so each
+  // hook sees its own module's output. Returns an id for remove_forward_hook.
+  using ForwardHook = std::function<void(const Module&, const Tensor&)>;
+  int64_t register_forward_hook(ForwardHook fn);
+  void remove_forward_hook(int64_t id);  // unknown ids are ignored
+  bool has_forward_hooks() const { return !forward_hooks_.empty(); }
+  // What a layer's operator() returns: `output`, after the hooks saw it.
+  Tensor with_forward_hooks(Tensor output) const {
+    if (!forward_hooks_.empty()) run_forward_hooks(output);
+    return output;
+  }
+
   // set_to_none: drop .grad (the default, as in PyTorch 2); else zero it in place.
   void zero_grad(bool set_to_none = true);
 
@@ -148,11 +164,14 @@ class Module {
   // (key, handle) of every state_dict entry, in state_dict order.
   void state_slots(const std::string& prefix, std::vector<std::pair<std::string, Tensor>>& out) const;
   std::string repr_indented(int indent) const;
+  void run_forward_hooks(const Tensor& output) const;
 
   std::vector<TensorSlot> params_;
   std::vector<TensorSlot> buffers_;
   std::vector<Child> children_;
   bool training_ = true;
+  std::vector<std::pair<int64_t, ForwardHook>> forward_hooks_;
+  int64_t next_hook_id_ = 0;
 };
 
 // `std::cout << model` prints repr(), as PyTorch's print(model) (and LibTorch's

@@ -24,7 +24,7 @@ class MaxPool2d : public Module {
                      SizeArg padding = 0, SizeArg dilation = 1, bool ceil_mode = false)
       : MaxPool2d(SizeArg(kernel_size), std::move(stride), std::move(padding), std::move(dilation), ceil_mode) {}
   Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return forward(x); }
+  Tensor operator()(const Tensor& x) const { return with_forward_hooks(forward(x)); }
   std::string extra_repr() const override;
 
   SizeArg kernel_size, stride, padding, dilation;
@@ -42,7 +42,7 @@ class AvgPool2d : public Module {
       : AvgPool2d(SizeArg(kernel_size), std::move(stride), std::move(padding), ceil_mode, count_include_pad,
                   divisor_override) {}
   Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return forward(x); }
+  Tensor operator()(const Tensor& x) const { return with_forward_hooks(forward(x)); }
   std::string extra_repr() const override;
 
   SizeArg kernel_size, stride, padding;
@@ -54,7 +54,7 @@ class AdaptiveAvgPool2d : public Module {
  public:
   explicit AdaptiveAvgPool2d(SizeArg output_size) : output_size(std::move(output_size)) {}
   Tensor forward(const Tensor& x) const { return adaptive_avg_pool2d(x, output_size); }
-  Tensor operator()(const Tensor& x) const { return forward(x); }
+  Tensor operator()(const Tensor& x) const { return with_forward_hooks(forward(x)); }
   std::string extra_repr() const override;
 
   SizeArg output_size;

@@ -19,9 +19,10 @@ namespace {
 // `m` as a T if it is exactly a T. Fusion reproduces what Linear, ReLU and
 // GELU compute; a subclass may compute something else in its own forward()
 // (which Sequential calls through steps_), so it is never fused.
+// A module with forward hooks is never fused either: its hooks see its output.
 template <typename T>
 const T* exactly(const Module* m) {
-  return typeid(*m) == typeid(T) ? static_cast<const T*>(m) : nullptr;
+  return typeid(*m) == typeid(T) && !m->has_forward_hooks() ? static_cast<const T*>(m) : nullptr;
 }
 
 // The activation module `m` is, as a fused op's Activation (None: not one).

@@ -51,7 +51,7 @@ class Sequential : public Module {
   Sequential& push_back(std::shared_ptr<M> module) {
     HG_CHECK(module != nullptr, "Sequential::push_back: null module at position {}", size());
     M* m = module.get();
-    append(m, [m](const Tensor& x) { return Tensor(m->forward(x)); }, std::move(module));
+    append(m, [m](const Tensor& x) { return m->with_forward_hooks(Tensor(m->forward(x))); }, std::move(module));
     return *this;
   }
   // Appends a temporary layer, moved into an owned one (leaf layers move; see nn/module.h).
@@ -64,7 +64,7 @@ class Sequential : public Module {
   template <TensorModule M>
   Sequential& push_back(M& module) {
     M* m = &module;
-    append(m, [m](const Tensor& x) { return Tensor(m->forward(x)); }, nullptr);
+    append(m, [m](const Tensor& x) { return m->with_forward_hooks(Tensor(m->forward(x))); }, nullptr);
     return *this;
   }
   // Constructs an owned M in place and returns it.
@@ -77,7 +77,7 @@ class Sequential : public Module {
   }
 
   Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return forward(x); }
+  Tensor operator()(const Tensor& x) const { return with_forward_hooks(forward(x)); }
 
   size_t size() const { return modules_.size(); }
   bool empty() const { return modules_.empty(); }

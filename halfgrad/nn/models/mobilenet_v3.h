@@ -65,7 +65,7 @@ class SqueezeExcitation : public Module {
  public:
   SqueezeExcitation(int64_t input_channels, int64_t squeeze_channels);
   Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return forward(x); }
+  Tensor operator()(const Tensor& x) const { return with_forward_hooks(forward(x)); }
 
   AdaptiveAvgPool2d avgpool{1};
   Conv2d fc1, fc2;
@@ -88,7 +88,7 @@ class InvertedResidual : public Module {
  public:
   explicit InvertedResidual(const InvertedResidualConfig& cnf);
   Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return forward(x); }
+  Tensor operator()(const Tensor& x) const { return with_forward_hooks(forward(x)); }
 
   Sequential block;
   bool use_res_connect;
@@ -104,7 +104,7 @@ class MobileNetV3 : public Module {
   explicit MobileNetV3(const MobileNetV3SmallOptions& options = {});
   // [N, 3, H, W] -> logits [N, num_classes], under autocast for x's device type.
   Tensor forward(const Tensor& x) const;
-  Tensor operator()(const Tensor& x) const { return forward(x); }
+  Tensor operator()(const Tensor& x) const { return with_forward_hooks(forward(x)); }
   // The same network without the autocast wrapper (torchvision's _forward_impl).
   Tensor forward_impl(const Tensor& x) const;
 
