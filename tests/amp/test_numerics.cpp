@@ -21,8 +21,8 @@ namespace {
 
 double p2(int k) { return std::ldexp(1.0, k); }
 
-Log2Histogram histogram_of(const Tensor& t) {
-  const Tensor counts = Log2Histogram::zeros(t.device());
+Log2Histogram histogram_of(const Tensor& t, bool with_max = false) {
+  const Tensor counts = Log2Histogram::zeros(t.device(), with_max);
   hg::amp::accumulate_log2_histogram(t, counts);
   return Log2Histogram::read(counts);
 }
@@ -111,9 +111,37 @@ TEST_CASE("CUDA log2 histogram matches the CPU", "[amp][numerics][cuda]") {
     Tensor x = (hg::randn({1000, 37}) * hg::exp(hg::randn({1000, 37}) * 8.0)).to(dt);
     x.index_put_({hg::indexing::Slice(0, 10)}, 0.0);
     x.index_put_({10}, std::numeric_limits<double>::infinity());
-    const Log2Histogram cpu = histogram_of(x), gpu = histogram_of(x.cuda());
+    const Log2Histogram cpu = histogram_of(x, true), gpu = histogram_of(x.cuda(), true);
     CHECK(cpu.counts == gpu.counts);
+    CHECK(cpu.max_abs == gpu.max_abs);
   }
+}
+
+TEST_CASE("log2 histogram with the max: the largest finite |x|, inf and NaN left out, across calls",
+          "[amp][numerics]") {
+  for (DType dt : hgtest::kFloatDTypes) {
+    INFO(hgtest::dname(dt));
+    const double inf = std::numeric_limits<double>::infinity();
+    const Tensor a = hg::tensor(std::vector<double>{0.5, -3.0, inf, std::nan(""), 0.0}).to(dt);
+    const Tensor counts = Log2Histogram::zeros(hg::kCPU, true);
+    CHECK(counts.numel() == Log2Histogram::kStatsSize);
+    hg::amp::accumulate_log2_histogram(a, counts);
+    Log2Histogram h = Log2Histogram::read(counts);
+    CHECK(h.max_abs == 3.0);
+    CHECK(h.total() == 5);
+    CHECK(h.non_finite() == 2);
+    hg::amp::accumulate_log2_histogram(hg::tensor(std::vector<double>{-1.0, 2.0}).to(dt), counts);
+    CHECK(Log2Histogram::read(counts).max_abs == 3.0);  // a smaller max does not lower it
+    hg::amp::accumulate_log2_histogram(hg::tensor(std::vector<double>{-6.5}).to(dt), counts);
+    h = Log2Histogram::read(counts);
+    CHECK(h.max_abs == 6.5);
+    CHECK(h.total() == 8);
+    CHECK(histogram_of(a).max_abs == 0.0);  // counts without the max slot
+  }
+  // a large tensor (several OpenMP chunks) and the max in the last chunk
+  Tensor big = hg::full({300000}, 0.25);
+  big.index_put_({299999}, -1e30);
+  CHECK(histogram_of(big, true).max_abs == 1e30f);
 }
 
 TEST_CASE("non_finite_grads names the parameters whose gradients hold inf or NaN", "[amp][numerics]") {
