@@ -14,6 +14,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cmath>
@@ -29,6 +30,9 @@
 
 #ifndef HALFGRAD_PLOT_METRICS
 #define HALFGRAD_PLOT_METRICS "scripts/plot-metrics"
+#endif
+#ifndef HALFGRAD_REPORT
+#define HALFGRAD_REPORT "halfgrad-report"
 #endif
 
 namespace hg = halfgrad;
@@ -60,6 +64,9 @@ struct Options {
   int64_t max_steps = 0;  // 0: all epochs
   int64_t log_every = 50;  // steps between reads of the loss (the loop's only host syncs)
   int64_t inject_nan_at = -1;  // testing: make the input NaN at this step
+  std::string report;          // run folder for halfgrad-report; empty: none
+  int64_t monitor_every = 0;   // amp::Monitor records every N steps (0: off; 100 with --report)
+  bool detect_anomaly = false;  // name the op that first produced inf/NaN when a step is skipped
 };
 
 Options parse(int argc, char** argv) {
@@ -117,6 +124,14 @@ Options parse(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--inject-nan-at", o.inject_nan_at, "testing: feed a NaN input at this step");
+  app.add_option("--report", o.report,
+                 "write a run folder (metrics.csv, numerics.json, dtypes.json, run.json) and its report.html "
+                 "(halfgrad-report)");
+  app.add_option("--monitor-every", o.monitor_every,
+                 "record gradient and activation statistics every N steps (amp::Monitor; 0: off, 100 with --report)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--detect-anomaly", o.detect_anomaly,
+               "check every op for inf/NaN, so a skipped step names the op (slow: a debugging mode)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -148,12 +163,12 @@ Model make_model(const std::string& name, bool channels_last) {
   if (name == "mobilenet_v3_small") {
     auto net = hg::nn::models::mobilenet_v3_small({.num_classes = 10});
     const hg::MemoryFormat f = channels_last ? hg::MemoryFormat::ChannelsLast : hg::MemoryFormat::Contiguous;
-    return {net, [net, f](const hg::Tensor& x) { return net->forward(x.expand({-1, 3, -1, -1}).contiguous(f)); },
+    return {net, [net, f](const hg::Tensor& x) { return (*net)(x.expand({-1, 3, -1, -1}).contiguous(f)); },
             32};
   }
   auto mlp = std::make_shared<hg::nn::Sequential>(hg::nn::Flatten(), hg::nn::Linear(784, 256), hg::nn::ReLU(),
                                                   hg::nn::Linear(256, 10));
-  return {mlp, [mlp](const hg::Tensor& x) { return mlp->forward(x); }, 28};
+  return {mlp, [mlp](const hg::Tensor& x) { return (*mlp)(x); }, 28};
 }
 
 std::unique_ptr<hg::optim::Optimizer> make_optimizer(const Options& o, const std::vector<hg::Tensor>& params) {
@@ -172,6 +187,20 @@ std::unique_ptr<hg::optim::LRScheduler> make_scheduler(const Options& o, hg::opt
   if (o.schedule == "onecycle")
     return std::make_unique<hg::optim::OneCycleLR>(opt, hg::optim::OneCycleLROptions{.max_lr = {o.lr}, .total_steps = total});
   return nullptr;
+}
+
+// The first step's forward, one row per distinct autocast decision, with how often it was made.
+void write_dtypes_json(const std::string& path, const std::vector<hg::amp::OpTrace>& trace) {
+  nlohmann::json rows = nlohmann::json::array();
+  std::map<std::string, size_t> index;
+  for (const auto& t : trace) {
+    const std::string key = t.op + "|" + t.inputs + "|" + t.policy + "|" + t.ran_in;
+    auto [it, fresh] = index.emplace(key, rows.size());
+    if (fresh)
+      rows.push_back({{"op", t.op}, {"inputs", t.inputs}, {"policy", t.policy}, {"ran_in", t.ran_in}, {"calls", 0}});
+    rows[it->second]["calls"] = rows[it->second]["calls"].get<int64_t>() + 1;
+  }
+  hg::atomic_write_file(path, nlohmann::json({{"format", "halfgrad-dtypes-1"}, {"ops", rows}}).dump(1));
 }
 
 std::string with_commas(int64_t n) {
@@ -291,8 +320,25 @@ int main(int argc, char** argv) try {
                                     : std::string("float32"));
   fmt::print("data: {} train, {} test examples from {}\n", train_set.size(), test_set.size(), o.data_dir);
 
+  // ---- the run folder for the report, and the numerics monitor ---------------------------
+  if (!o.report.empty()) std::filesystem::create_directories(o.report);
+  const std::string metrics_path = o.metrics.empty() && !o.report.empty() ? o.report + "/metrics.csv" : o.metrics;
   std::optional<hg::train::MetricsCsv> csv;
-  if (!o.metrics.empty()) csv.emplace(o.metrics, /*append=*/o.resume);
+  if (!metrics_path.empty()) csv.emplace(metrics_path, /*append=*/o.resume);
+  hg::train::ProgressBar* bar_now = nullptr;  // where a skipped step's line goes
+  std::optional<hg::amp::Monitor> numerics;
+  const int64_t monitor_every = o.monitor_every > 0 ? o.monitor_every : o.report.empty() ? 0 : 100;
+  if (monitor_every > 0 || o.detect_anomaly)
+    numerics.emplace(*model, scaler,
+                     hg::amp::MonitorOptions{.every = monitor_every,
+                                             .detect_anomaly = o.detect_anomaly,
+                                             .on_skip = [&](const std::string& line) {
+                                               if (bar_now) bar_now->write(line);
+                                               else fmt::print("{}\n", line);
+                                             }});
+  // The first step's forward, op by op, as autocast decided it: the report's dtype table.
+  std::vector<hg::amp::OpTrace> op_trace;
+  bool trace_first_step = !o.report.empty();
   hg::train::NonFiniteMonitor monitor(step);
   hg::train::OverflowWarning overflow;
   int64_t skipped_total = 0;
@@ -332,11 +378,40 @@ int main(int argc, char** argv) try {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
 
+  std::optional<double> last_accuracy;
+  // The run folder's JSON files, then the page (halfgrad-report).
+  const auto write_report = [&](int64_t steps_done, std::optional<double> accuracy) {
+    if (numerics && !o.report.empty()) numerics->write_json(o.report + "/numerics.json");
+    if (o.report.empty()) return;
+    if (csv) csv->close();
+    write_dtypes_json(o.report + "/dtypes.json", op_trace);
+    const nlohmann::json run = {
+        {"format", "halfgrad-run-1"},
+        {"model", o.model},
+        {"device", device.str()},
+        {"precision", amp ? fmt::format("autocast {}", hg::dtype_name(low)) : std::string("float32")},
+        {"amp", amp},
+        {"scaler", scaler.is_enabled()},
+        {"batch_size", o.batch_size},
+        {"parameters", model->num_parameters()},
+        {"steps", steps_done},
+        {"skipped_steps", skipped_total},
+        {"test_accuracy", accuracy ? nlohmann::json(*accuracy) : nlohmann::json(nullptr)},
+        {"peak_memory_bytes", hg::train::peak_memory_bytes(device)},
+        {"seconds", seconds_since(run_start)},
+        {"monitor_every", monitor_every}};
+    hg::atomic_write_file(o.report + "/run.json", run.dump(1));
+    std::fflush(stdout);
+    const std::string cmd = fmt::format("'{}' '{}'", HALFGRAD_REPORT, o.report);
+    if (std::system(cmd.c_str()) != 0) fmt::print(stderr, "train_classifier: halfgrad-report failed ({})\n", cmd);
+  };
+
   // ---- the training loop --------------------------------------------------------------
   for (int64_t epoch = train_loader.state().epoch; epoch < o.epochs && step < total_steps; ++epoch) {
     const auto epoch_start = std::chrono::steady_clock::now();
     hg::train::ProgressBar bar(steps_per_epoch, {.desc = fmt::format("epoch {}/{}", epoch + 1, o.epochs),
                                                  .samples_per_step = o.batch_size});
+    bar_now = &bar;
     bar.update(train_loader.state().batch, train_loader.state().batch * o.batch_size);  // resumed mid-epoch
     double epoch_loss_sum = 0;
     int64_t epoch_reads = 0;
@@ -344,9 +419,19 @@ int main(int argc, char** argv) try {
       hg::Tensor input = batch.input;
       if (step == o.inject_nan_at) input = input * std::nan("");
       hg::Tensor loss;
+      std::optional<hg::amp::trace> tracing;
+      if (trace_first_step) {
+        hg::amp::set_op_trace_sink([&](const hg::amp::OpTrace& t) { op_trace.push_back(t); });
+        tracing.emplace();
+      }
       {
         hg::amp::autocast region(ac.device, ac.dtype, ac.enabled);  // `with autocast():` the forward only
         loss = criterion(net.forward(input), batch.target);
+      }
+      if (trace_first_step) {
+        tracing.reset();
+        hg::amp::set_op_trace_sink(nullptr);
+        trace_first_step = false;
       }
       optimizer->zero_grad(/*set_to_none=*/true);
       scaler.scale(loss).backward();
@@ -369,6 +454,7 @@ int main(int argc, char** argv) try {
         skipped_total += r.skipped_steps;
         if (!r.finite()) {
           bar.close();
+          bar_now = nullptr;
           fmt::print(stderr,
                      "\ntrain_classifier: the loss is not finite at step {} (last finite loss {:.4f}, loss scale {}, "
                      "{} skipped steps so far).\n",
@@ -380,6 +466,7 @@ int main(int argc, char** argv) try {
             fmt::print(stderr, "saved the last good state (step {}) to {}\n", good.step, save(good.step));
           }
           fmt::print(stderr, "Lower the learning rate (about 10x), and check the model and the data.\n");
+          write_report(step, std::nullopt);
           return 3;
         }
         snapshot(epoch);
@@ -406,7 +493,9 @@ int main(int argc, char** argv) try {
       if (step == total_steps) break;
     }
     bar.close();
+    bar_now = nullptr;
     const auto eval = evaluate(net, test_loader, ac);
+    last_accuracy = eval.accuracy;
     const double seconds = seconds_since(epoch_start);
     fmt::print("epoch {}: test loss {:.4f}, accuracy {:.2f}%, {:.1f} s\n", epoch + 1, eval.loss,
                100 * eval.accuracy, seconds);
@@ -422,10 +511,12 @@ int main(int argc, char** argv) try {
   if (csv) {
     csv->close();
     std::fflush(stdout);  // our lines before the script's
-    const std::string cmd = fmt::format("command -v gnuplot >/dev/null && {} '{}'", HALFGRAD_PLOT_METRICS, o.metrics);
-    if (std::system(cmd.c_str()) == 0) fmt::print("plot: {}.png, {}.svg\n", o.metrics.substr(0, o.metrics.size() - 4),
-                                                  o.metrics.substr(0, o.metrics.size() - 4));
+    const std::string cmd = fmt::format("command -v gnuplot >/dev/null && {} '{}'", HALFGRAD_PLOT_METRICS, metrics_path);
+    if (std::system(cmd.c_str()) == 0)
+      fmt::print("plot: {}.png, {}.svg\n", metrics_path.substr(0, metrics_path.size() - 4),
+                 metrics_path.substr(0, metrics_path.size() - 4));
   }
+  write_report(step, last_accuracy);
   return 0;
 } catch (const std::exception& e) {
   std::cerr << "train_classifier: " << e.what() << "\n";

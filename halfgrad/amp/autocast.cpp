@@ -51,6 +51,10 @@ std::function<void(const std::string&)>& trace_sink() {
   static std::function<void(const std::string&)> sink;
   return sink;
 }
+std::function<void(const OpTrace&)>& op_trace_sink() {
+  static std::function<void(const OpTrace&)> sink;
+  return sink;
+}
 void emit(const std::string& line) {
   if (trace_sink()) trace_sink()(line);
   else fmt::print("{}\n", line);
@@ -219,9 +223,13 @@ void autocast_inputs(OpId op, std::vector<Tensor>& inputs) {
 
   if (tracing && s.enabled) {  // ops outside any region are not autocast decisions
     const std::string ran = dtype_list(inputs);
-    emit(fmt::format("[autocast] {:<14} in: {:<30} policy: {:<20} ran in: {}{}", op_name(op), before,
-                     policy ? policy_name(*policy) : "none (input dtypes)",
-                     ran.empty() ? "-" : ran, cache_note));
+    OpTrace t{std::string(op_name(op)), before, policy ? std::string(policy_name(*policy)) : "none (input dtypes)",
+              ran.empty() ? "-" : ran,
+              cache_note};
+    if (op_trace_sink()) op_trace_sink()(t);
+    else
+      emit(fmt::format("[autocast] {:<14} in: {:<30} policy: {:<20} ran in: {}{}", t.op, t.inputs, t.policy, t.ran_in,
+                       t.cache));
   }
 }
 
@@ -241,5 +249,6 @@ trace::~trace() { g_trace = prev_; }
 bool is_tracing() { return g_trace || env_trace(); }
 void trace_line(const std::string& line) { emit(line); }
 void set_trace_sink(std::function<void(const std::string&)> sink) { trace_sink() = std::move(sink); }
+void set_op_trace_sink(std::function<void(const OpTrace&)> sink) { op_trace_sink() = std::move(sink); }
 
 }  // namespace halfgrad::amp

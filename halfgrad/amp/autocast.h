@@ -139,5 +139,16 @@ bool is_tracing();
 void trace_line(const std::string& line);
 // Where trace lines go (default: stdout). Pass nullptr to restore the default.
 void set_trace_sink(std::function<void(const std::string&)> sink);
+// One op's autocast decision, as a trace line shows it.
+struct OpTrace {
+  std::string op;      // "linear"
+  std::string inputs;  // the input dtypes before autocast: "float32, float32, float32"
+  std::string policy;  // "lower_precision", "fp32", "promote", "none (input dtypes)"
+  std::string ran_in;  // the dtypes the op ran in: "bfloat16, bfloat16, bfloat16"
+  std::string cache;   // "  [weight cast: cached]" per cast weight, or ""
+};
+// While tracing, hand each op's decision to `sink` instead of printing its
+// line (the report's per-op dtype table). nullptr restores the lines.
+void set_op_trace_sink(std::function<void(const OpTrace&)> sink);
 
 }  // namespace halfgrad::amp

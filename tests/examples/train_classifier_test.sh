@@ -8,7 +8,12 @@
 #   metrics   the CSV has step and epoch rows, and the plot is drawn;
 #   mobilenet MobileNetV3-small (torchvision's, 10 classes) trains under bf16
 #             autocast through the same loop: the loss falls, its checkpoint
-#             holds torchvision's names, and a resumed run continues it.
+#             holds torchvision's names, and a resumed run continues it;
+#   report    a float16 run with --report: a NaN fed at step 25 makes the
+#             monitor say in one line why step 25 was skipped (the last
+#             layer's gradient first, in backward's order); the run folder,
+#             the page with its figures, and a screenshot Chromium took of it;
+#             halfgrad-report refuses a corrupted file, naming it.
 #
 #   train_classifier_test.sh <train_classifier> <case>
 set -euo pipefail
@@ -69,6 +74,38 @@ case $case_ in
       { cat "$work/out2"; echo "FAIL: resume"; exit 1; }
     grep -q "resumed from .*ckpt-30" "$work/out2" || { cat "$work/out2"; echo "FAIL: did not resume"; exit 1; }
     echo "mobilenet: ok (loss $first -> $last)"
+    ;;
+  report)
+    report_bin=$3
+    screenshot=$4
+    set +e
+    "$bin" "${common[@]}" --dtype float16 --max-steps 60 --inject-nan-at 25 --monitor-every 10 --report "$work/run" \
+      >"$work/out" 2>"$work/err"
+    rc=$?
+    set -e
+    [[ $rc -eq 3 ]] || { cat "$work/out" "$work/err"; echo "FAIL: exit code $rc, expected 3 (the NaN stop)"; exit 1; }
+    cat "$work/out" "$work/err" | grep -Eq \
+      "step 25 skipped \(scale 65536\): grad of 3\.(weight|bias) is NaN \(first of 4 non-finite gradients in backward\)" ||
+      { cat "$work/out" "$work/err"; echo "FAIL: no line explaining the skipped step"; exit 1; }
+    for f in run.json metrics.csv numerics.json dtypes.json report.html figures/loss_scale.png figures/loss_scale.svg \
+      figures/grads.png figures/activations.svg figures/grads_layers_last.png; do
+      [[ -s "$work/run/$f" ]] || { ls -R "$work/run"; echo "FAIL: $f missing"; exit 1; }
+    done
+    grep -q "Gradients against float16" "$work/run/report.html" || { echo "FAIL: no gradient figure in the page"; exit 1; }
+    grep -q "step 25 skipped" "$work/run/report.html" || { echo "FAIL: the page misses the skipped step"; exit 1; }
+    grep -q "<td>linear</td><td>1</td><td>float32, float32, float32</td><td>lower_precision</td><td>float16, float16, float16</td>" \
+      "$work/run/report.html" || { echo "FAIL: no dtype table row for linear"; exit 1; }
+    # the page as a person sees it: a 1200x1600 screenshot that is not blank
+    "$screenshot" "$work/run" "$work/shot.png" 1200x1600
+    dims=$(od -An -tu1 -j16 -N8 "$work/shot.png" | awk '{ print $1*16777216 + $2*65536 + $3*256 + $4 "x" $5*16777216 + $6*65536 + $7*256 + $8 }')
+    [[ $dims == 1200x1600 ]] || { echo "FAIL: screenshot is $dims"; exit 1; }
+    size=$(stat -c %s "$work/shot.png")
+    (( size > 40000 )) || { echo "FAIL: screenshot of $size bytes: a blank page?"; exit 1; }
+    # hostile input: a truncated numerics.json is refused with its name
+    head -c 100 "$work/run/numerics.json" >"$work/run/n" && mv "$work/run/n" "$work/run/numerics.json"
+    if "$report_bin" "$work/run" >"$work/rep" 2>&1; then echo "FAIL: a corrupted file was accepted"; exit 1; fi
+    grep -q "numerics.json: not valid JSON" "$work/rep" || { cat "$work/rep"; echo "FAIL: message"; exit 1; }
+    echo "report: ok (screenshot $dims, $size bytes)"
     ;;
   *) echo "unknown case $case_"; exit 2 ;;
 esac
