@@ -69,15 +69,14 @@ const std::string kRangeLines =
     "set arrow from -24, graph 0 to -24, graph 1 nohead dt 2 lc rgb '#c0392b'\n"
     "set arrow from -14, graph 0 to -14, graph 1 nohead dt 2 lc rgb '#e67e22'\n"
     "set arrow from 15.999, graph 0 to 15.999, graph 1 nohead dt 2 lc rgb '#c0392b'\n"
-    "set label 'fp16 smallest subnormal 2^-24' at -24, graph 0.97 right offset -0.5,0 tc rgb '#c0392b' font ',9'\n"
-    "set label 'fp16 smallest normal 2^-14' at -14, graph 0.90 left offset 0.5,0 tc rgb '#e67e22' font ',9'\n"
-    "set label 'fp16 max 65504' at 15.999, graph 0.97 right offset -0.5,0 tc rgb '#c0392b' font ',9'\n"
-    "set label 'bf16 spans 2^-133 .. 2^128: beyond both edges' at graph 0.01, graph 0.03 font ',9'\n";
+    "set label 'fp16 smallest subnormal 2^-24' at -24, graph 0.5 center rotate by 90 offset -0.8,0 tc rgb '#c0392b' font ',9'\n"
+    "set label 'fp16 smallest normal 2^-14' at -14, graph 0.5 center rotate by 90 offset -0.8,0 tc rgb '#e67e22' font ',9'\n"
+    "set label 'fp16 max 65504' at 15.999, graph 0.5 center rotate by 90 offset -0.8,0 tc rgb '#c0392b' font ',9'\n";
 
 std::string xtics() {
   std::string t = fmt::format("set xtics ('0' {}, '<2^-40' {}", kLowExp - 2, kLowExp - 1);
   for (int k = -36; k <= 12; k += 4) t += fmt::format(", '2^{}' {}", k, k);
-  t += fmt::format(", '>=2^16' {}, 'inf/NaN' {}) font ',9'\n", kHighExp, kHighExp + 1);
+  t += fmt::format(", '>=2^16' {}, 'inf/NaN' {}) font ',9' rotate by 45 right\n", kHighExp, kHighExp + 1);
   return t + fmt::format("set xrange [{}:{}]\n", kLowExp - 2.5, kHighExp + 1.5);
 }
 
@@ -120,7 +119,7 @@ Figure heatmap(const std::string& dir, const std::string& name, const std::strin
   write_data(dir + "/data/" + name + ".dat", data);
   const int h = 160 + 12 * static_cast<int>(rows.size());
   const std::string setup = fmt::format(
-      "set title '{}'\nset xlabel 'log2 |x|'\n{}{}set yrange [-0.5:{}] reverse\nset logscale cb\nset cbrange [1e-5:1]\n"
+      "set title '{}'\nset xlabel 'log2 |x|'\n{}{}set yrange [{}:-0.5]\nset logscale cb\nset cbrange [1e-5:1]\n"
       "set cblabel 'share of the tensor'\nset palette defined (0 '#f7fbff', 1 '#6baed6', 2 '#08306b')\n{}"
       "set lmargin 28\nunset key",
       escape_label(title), xtics(), ytics, static_cast<double>(rows.size()) - 0.5, kRangeLines);
@@ -177,23 +176,27 @@ std::vector<Figure> draw_figures(const Run& run, const std::string& out_dir) {
     write_data(dir + "/data/grads_last.dat", shares(summed(last.grads, false)));
     write_data(dir + "/data/grads_last_scaled.dat", shares(summed(last.grads, true)));
     const std::string setup = "set title 'all weight gradients, log2 |g|'\nset ylabel '% of elements'\nset grid\n"
-                              "set key top left\nset style fill transparent solid 0.35\n" + xtics() + kRangeLines;
-    const std::string plot = fmt::format(
+                              "set key top right\n" + xtics() + kRangeLines;
+    std::string plot = fmt::format(
         "plot '{0}/data/grads_first.dat' using 1:2 with steps lw 2 lc rgb '#7f7f7f' title 'step {1} (unscaled)', "
-        "'{0}/data/grads_last.dat' using 1:2 with steps lw 2 lc rgb '#1f77b4' title 'step {2} (unscaled)', "
-        "'{0}/data/grads_last_scaled.dat' using 1:2 with steps lw 2 lc rgb '#2ca02c' title 'step {2} as backward held them (x scale {3:g})'",
-        dir, first.step, last.step, last.scale);
+        "'{0}/data/grads_last.dat' using 1:2 with steps lw 2 lc rgb '#1f77b4' title 'step {2} (unscaled)'",
+        dir, first.step, last.step);
+    if (last.scale != 1.0)  // at scale 1 the curve would repeat the one before
+      plot += fmt::format(", '{0}/data/grads_last_scaled.dat' using 1:2 with steps lw 2 lc rgb '#2ca02c' title 'step {1} "
+                          "as backward held them (x scale {2:g})'",
+                          dir, last.step, last.scale);
     figs.push_back({"grads", "Gradients against float16's range",
                     "Every parameter's gradient, binned by binade. Left of the red line, float16 would hold 0; between "
                     "the lines, only a subnormal with fewer significant bits. The green curve is the same gradients "
-                    "times the loss scale, as backward computed them: scaling moves them into float16's normal range.",
+                    "times the loss scale, as backward computed them: scaling moves them into float16's normal range. "
+                    "bfloat16 (2^-133 to 2^128) spans past both edges.",
                     draw(dir, "grads", 1000, 480, setup, plot)});
   }
   if (!last.activations.empty()) {
     write_data(dir + "/data/acts_first.dat", shares(summed(first.activations, false)));
     write_data(dir + "/data/acts_last.dat", shares(summed(last.activations, false)));
     const std::string setup = "set title 'all module outputs, log2 |x|'\nset ylabel '% of elements'\nset grid\n"
-                              "set key top left\n" + xtics() + kRangeLines;
+                              "set key top right\n" + xtics() + kRangeLines;
     const std::string plot = fmt::format(
         "plot '{0}/data/acts_first.dat' using 1:2 with steps lw 2 lc rgb '#7f7f7f' title 'step {1}', "
         "'{0}/data/acts_last.dat' using 1:2 with steps lw 2 lc rgb '#ff7f0e' title 'step {2}'",
