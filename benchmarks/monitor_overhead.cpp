@@ -1,7 +1,7 @@
 // What amp::Monitor costs a training step (docs/amp.md states it): the same
 // model and step without a monitor and with one recording every 100, 10 and
-// 1 steps, blocks of steps interleaved so every variant sees the same machine
-// load. Each step is timed alone, so a record's own cost (the histograms, the
+// 1 steps, blocks of steps interleaved (each round in a rotated order) so
+// every variant sees the same machine load. Each step is timed alone, so a record's own cost (the histograms, the
 // hooks, one read) is split from what the monitor adds to every step (the
 // gradient-arrival hooks and the read of the found-inf flag).
 //
@@ -81,7 +81,8 @@ void run(const std::string& which, int rounds, int steps) {
   for (auto& v : variants)
     for (int i = 0; i < 3; ++i) step(v);  // warm-up: primitives, caches
   for (int r = 0; r < rounds; ++r)
-    for (auto& v : variants) {
+    for (size_t k = 0; k < variants.size(); ++k) {
+      Variant& v = variants[(k + static_cast<size_t>(r)) % variants.size()];  // each round starts with another
       if (v.every > 0)
         v.monitor = std::make_unique<hg::amp::Monitor>(*c.module, *v.scaler, hg::amp::MonitorOptions{.every = v.every});
       for (int i = 0; i < steps; ++i) {

@@ -183,7 +183,12 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
         amp::SuppressNonFiniteChecks formula;  // its inner ops are not the user's
         grads = node->apply(g);
       }
-      amp::detail_check_non_finite("backward", node->name, "backward", {g}, grads);
+      // only the gradients backward passes on: a formula may also compute one
+      // for an input that needs none (a scalar wrapped as a tensor), unused
+      Grads used(grads.size());
+      for (size_t i = 0; i < grads.size() && i < node->next.size(); ++i)
+        if (node->next[i]) used[i] = grads[i];
+      amp::detail_check_non_finite("backward", node->name, "backward", {g}, used);
     } else {
       grads = node->apply(g);
     }

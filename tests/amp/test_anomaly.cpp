@@ -93,3 +93,19 @@ TEST_CASE("DetectNonFinite: off without a guard, nested guards, policy rows of f
   }
   CHECK_FALSE(hg::amp::detect_non_finite_active());
 }
+
+TEST_CASE("DetectNonFinite ignores a gradient backward computes for an input that needs none", "[amp][anomaly]") {
+  // h * (1/16384): the scalar becomes a tensor, and mul's formula also sums a
+  // (float16, overflowing) gradient for it; nobody needs that one.
+  auto w = hg::full({4, 4}, 1.0).requires_grad_();
+  hg::amp::DetectNonFinite detect;
+  Tensor h;
+  {
+    hg::amp::autocast region(hg::kCPU, hg::kHalf);
+    h = hg::matmul(hg::full({256, 4}, 300.0), w);  // 1200 each: finite
+  }
+  (h * (1.0 / 16384)).sum().backward();
+  CHECK(hg::isfinite(w.grad()).all().item<bool>());
+  CHECK_FALSE(detect.first());
+  CHECK(detect.describe() == "no non-finite value seen");
+}
