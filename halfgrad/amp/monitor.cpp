@@ -16,6 +16,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <halfgrad/amp/anomaly_hooks.h>
+#include <halfgrad/amp/autocast.h>
 #include <halfgrad/autograd/grad_mode.h>
 #include <halfgrad/autograd/hooks.h>
 #include <halfgrad/core/atomic_file.h>
@@ -83,6 +85,10 @@ void Monitor::arm() {
     forward_hook_ids_[j] = modules_[j].add([this, j](const Tensor& out) {
       // evaluation (under no_grad) between two steps is not this step's forward
       if (!armed_ || !autograd::grad_enabled() || !out.defined() || !is_floating(out.dtype())) return;
+      // the monitor's own ops are not the model's: no autocast, no trace, no anomaly checks, no graph
+      const NoGradGuard no_grad;
+      const AutocastOff no_autocast;
+      const SuppressNonFiniteChecks quiet;
       if (!activation_stats_.defined())
         activation_stats_ = zeros({static_cast<int64_t>(modules_.size()), kRow}, TensorOptions(DType::Int64, out.device()));
       HG_CHECK(activation_stats_.device() == out.device(),
@@ -118,7 +124,9 @@ void Monitor::on_step(const ScalerStep& handshake) {
 }
 
 void Monitor::record(const ScalerStep& handshake, std::optional<bool> skipped) {
-  NoGradGuard no_grad;
+  const NoGradGuard no_grad;
+  const AutocastOff no_autocast;
+  const SuppressNonFiniteChecks quiet;
   MonitorRecord rec;
   rec.step = steps_;
   rec.skipped = skipped;
@@ -173,7 +181,11 @@ void Monitor::record(const ScalerStep& handshake, std::optional<bool> skipped) {
 }
 
 void Monitor::explain_skip(double scale) {
-  std::vector<NonFiniteGrad> found = non_finite_grads(params_);
+  std::vector<NonFiniteGrad> found;
+  {
+    const SuppressNonFiniteChecks quiet;
+    found = non_finite_grads(params_);
+  }
   // backward's order: the first non-finite gradient in time is nearest to where the overflow entered
   std::vector<int64_t> order;
   for (const NonFiniteGrad& f : found)

@@ -227,3 +227,26 @@ TEST_CASE("Monitor: record_next on demand, JSON written atomically", "[amp][moni
   CHECK_THAT(text, Catch::Contains("\"name\": \"2.weight\""));
   CHECK_THAT(text, Catch::Contains("\"steps\": 3"));
 }
+
+TEST_CASE("the monitor's own ops stay out of the autocast trace and the graph", "[amp][monitor]") {
+  hg::manual_seed(7);
+  hg::nn::Sequential model(hg::nn::Linear(3, 4), hg::nn::ReLU(), hg::nn::Linear(4, 2));
+  hg::amp::GradScaler scaler;
+  hg::optim::SGD opt(model.parameters(), {.lr = 0.1});
+  hg::amp::Monitor monitor(model, scaler, {.every = 1});
+  std::vector<std::string> ops;
+  hg::amp::set_op_trace_sink([&](const hg::amp::OpTrace& t) { ops.push_back(t.op); });
+  Tensor loss;
+  {
+    hg::amp::trace tracing;
+    hg::amp::autocast region(hg::kCPU, hg::kBFloat16);
+    loss = hg::cross_entropy(model(hg::randn({5, 3})), hg::randint(0, 2, {5}));
+  }
+  hg::amp::set_op_trace_sink(nullptr);
+  CHECK(ops == std::vector<std::string>{"linear", "relu", "linear", "cross_entropy"});
+  scaler.scale(loss).backward();
+  scaler.step(opt);
+  scaler.update();
+  REQUIRE(monitor.records().size() == 1);
+  CHECK(monitor.records()[0].activations.size() == 4);  // (model), 0, 1, 2
+}
