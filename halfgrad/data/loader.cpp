@@ -123,6 +123,9 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
     HG_CHECK(cuda::is_available() && options_.device.index() < cuda::device_count(),
              "DataLoader: device {} is not available ({} CUDA device(s)); use device cpu", options_.device.str(),
              cuda::device_count());
+  HG_CHECK(!(options_.sampler && options_.shuffle),
+           "DataLoader: sampler and shuffle=true both choose the order (PyTorch: mutually exclusive); let the "
+           "sampler shuffle (DistributedSampler's own shuffle option) and leave shuffle false");
   seed_ = options_.seed.value_or(initial_seed());
 }
 
@@ -132,7 +135,8 @@ DataLoader::~DataLoader() {
 }
 
 int64_t DataLoader::size() const {
-  const int64_t n = dataset_->size(), b = options_.batch_size;
+  const int64_t n = options_.sampler ? options_.sampler->size(dataset_->size()) : dataset_->size();
+  const int64_t b = options_.batch_size;
   return options_.drop_last ? n / b : (n + b - 1) / b;
 }
 
@@ -159,13 +163,11 @@ void DataLoader::set_epoch(int64_t epoch) {
   next_batch_ = 0;
 }
 
-Tensor DataLoader::epoch_order(int64_t epoch) const {
-  HG_CHECK(epoch >= 0, "DataLoader::epoch_order: epoch must be >= 0, got {}", epoch);
-  const int64_t n = dataset_->size();
+Tensor shuffled_order(int64_t n, uint64_t seed, int64_t epoch) {
+  HG_CHECK(n >= 0 && epoch >= 0, "shuffled_order: n = {} and epoch = {} must be >= 0", n, epoch);
   Tensor order = make_tensor({n}, TensorOptions(DType::Int64));
   int64_t* p = order.data<int64_t>();
   for (int64_t i = 0; i < n; ++i) p[i] = i;
-  if (!options_.shuffle) return order;
   // Fisher-Yates from the back: position i swaps with j uniform in [0, i],
   // j drawn from Philox at counter (i, epoch, tag) under key seed, so the
   // order depends on (seed, epoch) alone.
@@ -175,15 +177,40 @@ Tensor DataLoader::epoch_order(int64_t epoch) const {
     const philox::Words w = philox::philox4x32_10(
         philox::Words{{static_cast<uint32_t>(u), static_cast<uint32_t>(u >> 32), static_cast<uint32_t>(e),
                        kShuffleTag ^ static_cast<uint32_t>(e >> 32)}},
-        static_cast<uint32_t>(seed_), static_cast<uint32_t>(seed_ >> 32));
+        static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
     std::swap(p[i], p[philox::randint(w, 0, i + 1)]);
   }
   return order;
 }
 
+Tensor DataLoader::epoch_order(int64_t epoch) const {
+  HG_CHECK(epoch >= 0, "DataLoader::epoch_order: epoch must be >= 0, got {}", epoch);
+  const int64_t n = dataset_->size();
+  if (options_.sampler) {
+    // a sampler's answer is input from outside the loader: checked before any batch is made
+    const int64_t want = options_.sampler->size(n);
+    Tensor order = options_.sampler->indices(n, epoch);
+    HG_CHECK(order.defined() && order.dtype() == DType::Int64 && order.dim() == 1 && order.device().is_cpu() &&
+                 order.numel() == want,
+             "DataLoader: the sampler's indices for epoch {} are {}; expected int64[{}] cpu (its size())", epoch,
+             order.defined() ? order.describe() : "undefined", want);
+    order = order.contiguous();
+    const int64_t* p = order.data<int64_t>();
+    for (int64_t i = 0; i < want; ++i)
+      HG_CHECK(p[i] >= 0 && p[i] < n, "DataLoader: the sampler's index {} (position {}) is outside the data set of {}",
+               p[i], i, n);
+    return order;
+  }
+  if (options_.shuffle) return shuffled_order(n, seed_, epoch);
+  Tensor order = make_tensor({n}, TensorOptions(DType::Int64));
+  int64_t* p = order.data<int64_t>();
+  for (int64_t i = 0; i < n; ++i) p[i] = i;
+  return order;
+}
+
 Example DataLoader::produce(int64_t batch, const Tensor& order, void** event) {
   const int64_t b = options_.batch_size, start = batch * b;
-  const int64_t len = std::min(b, dataset_->size() - start);
+  const int64_t len = std::min(b, order.numel() - start);
   Example e = dataset_->get_batch(order.narrow(0, start, len));
   HG_CHECK(e.input.defined() && e.target.defined(),
            "DataLoader: the data set's get_batch returned an undefined input or target (batch {})", batch);

@@ -26,6 +26,7 @@
 
 #include <halfgrad/core/device.h>
 #include <halfgrad/data/dataset.h>
+#include <halfgrad/data/sampler.h>
 
 namespace halfgrad::data {
 
@@ -49,6 +50,10 @@ struct DataLoaderOptions {
   // Batches assembled ahead by a background thread while the loop body runs.
   // 0: no thread, each batch is made when the loop asks for it.
   int64_t prefetch = 2;
+  // Which samples an epoch visits, in which order (data/sampler.h; e.g.
+  // distributed::DistributedSampler). Unset: all of them, shuffled or not.
+  // With a sampler, shuffle must stay false and size() counts its samples.
+  std::shared_ptr<const Sampler> sampler;
 };
 
 // Where a loader stands: the next batch it hands out is batch `batch` of

@@ -1,0 +1,196 @@
+// The world's process group (distributed/process_group.h): MPI for CPU
+// tensors, NCCL for CUDA tensors (distributed/nccl.h). Every MPI call returns
+// its error (MPI_ERRORS_RETURN on our communicator) and check() turns it into
+// an Error naming the call, the rank and the tensor.
+#include <halfgrad/distributed/process_group.h>
+
+#include <mpi.h>
+
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include <halfgrad/autograd/grad_mode.h>
+#include <halfgrad/core/error.h>
+#include <halfgrad/distributed/nccl.h>
+#include <halfgrad/ops/ops.h>
+
+namespace halfgrad::distributed {
+
+namespace {
+
+class WorldGroup final : public ProcessGroup {
+ public:
+  WorldGroup();
+  ~WorldGroup() override;
+  void all_reduce(Tensor& t, ReduceOp op) override;
+  void broadcast(Tensor& t, int root) override;
+  Tensor all_gather(const Tensor& t) override;
+  void barrier() override;
+
+ private:
+  void check(int rc, const char* call, const char* op, const Tensor* t) const;
+  void check_tensor(const char* op, const Tensor& t) const;
+  detail::Nccl& nccl();
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  std::unique_ptr<detail::Nccl> nccl_;
+};
+
+std::unique_ptr<WorldGroup>& world() {
+  static std::unique_ptr<WorldGroup> w;
+  return w;
+}
+bool g_finalize_at_exit = false;
+
+WorldGroup::WorldGroup() {
+  int started = 0;
+  MPI_Initialized(&started);
+  if (!started) {
+    int provided = 0;
+    // FUNNELED: the thread that called init() makes every MPI call
+    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+      fail("distributed::init: MPI_Init_thread failed; run under mpirun (OpenMPI: Debian openmpi-bin)");
+    g_finalize_at_exit = true;
+  }
+  // our own communicator, so errors come back to us instead of aborting the job
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &world_size_);
+  MPI_Comm local;  // the ranks on this machine
+  check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local), "MPI_Comm_split_type",
+        "init", nullptr);
+  MPI_Comm_rank(local, &local_rank_);
+  MPI_Comm_free(&local);
+  detail::select_cuda_device(local_rank_);
+}
+
+WorldGroup::~WorldGroup() {
+  nccl_.reset();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+void WorldGroup::check(int rc, const char* call, const char* op, const Tensor* t) const {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  fail("distributed::{} on rank {} of {}: {} failed ({}){}; every rank must make the same calls with tensors of "
+       "the same shape and dtype",
+       op, rank_, world_size_, call, std::string(text, static_cast<size_t>(len)),
+       t ? fmt::format(" for {}", t->describe()) : std::string());
+}
+
+void WorldGroup::check_tensor(const char* op, const Tensor& t) const {
+  HG_CHECK(t.defined(), "distributed::{} on rank {}: the tensor is undefined", op, rank_);
+  HG_CHECK(t.is_contiguous(),
+           "distributed::{} on rank {}: {} is not contiguous; collectives work in place on contiguous memory "
+           "(call .contiguous() first and use its result)",
+           op, rank_, t.describe());
+}
+
+detail::Nccl& WorldGroup::nccl() {
+  if (!nccl_) nccl_ = detail::Nccl::create(comm_, rank_, world_size_);  // an Error in a build without NCCL
+  return *nccl_;
+}
+
+// MPI's type for a dtype it reduces natively; float16 and bfloat16 go through float32.
+MPI_Datatype mpi_type(DType d) {
+  switch (d) {
+    case DType::Float32: return MPI_FLOAT;
+    case DType::Float64: return MPI_DOUBLE;
+    case DType::Int64: return MPI_INT64_T;
+    case DType::Bool: return MPI_C_BOOL;
+    default: return MPI_DATATYPE_NULL;
+  }
+}
+
+void WorldGroup::all_reduce(Tensor& t, ReduceOp op) {
+  check_tensor("all_reduce", t);
+  HG_CHECK(op != ReduceOp::Avg || is_floating(t.dtype()),
+           "distributed::all_reduce on rank {}: avg of {} (an integer or bool tensor) would truncate; use sum",
+           rank_, t.describe());
+  if (t.device().is_cuda()) return nccl().all_reduce(t, op);
+  NoGradGuard no_grad;
+  if (t.numel() == 0) return;
+  Tensor buf = mpi_type(t.dtype()) == MPI_DATATYPE_NULL ? t.to(DType::Float32) : t;
+  MPI_Op mop = op == ReduceOp::Max ? MPI_MAX : MPI_SUM;
+  if (t.dtype() == DType::Bool) mop = MPI_LOR;  // a bool sum or max is "any rank's true"
+  check(MPI_Allreduce(MPI_IN_PLACE, buf.data_ptr(), static_cast<int>(buf.numel()), mpi_type(buf.dtype()), mop, comm_),
+        "MPI_Allreduce", "all_reduce", &t);
+  if (op == ReduceOp::Avg) buf.div_(static_cast<double>(world_size_));
+  if (buf.unsafe_impl() != t.unsafe_impl()) t.copy_(buf);
+}
+
+void WorldGroup::broadcast(Tensor& t, int root) {
+  check_tensor("broadcast", t);
+  HG_CHECK(root >= 0 && root < world_size_, "distributed::broadcast on rank {}: root {} is not a rank of a world of {}",
+           rank_, root, world_size_);
+  if (t.device().is_cuda()) return nccl().broadcast(t, root);
+  const auto bytes = static_cast<int64_t>(t.numel()) * static_cast<int64_t>(itemsize(t.dtype()));
+  HG_CHECK(bytes < (int64_t{1} << 31), "distributed::broadcast on rank {}: {} is larger than MPI's 2 GB per call",
+           rank_, t.describe());
+  check(MPI_Bcast(t.data_ptr(), static_cast<int>(bytes), MPI_BYTE, root, comm_), "MPI_Bcast", "broadcast", &t);
+}
+
+Tensor WorldGroup::all_gather(const Tensor& t) {
+  HG_CHECK(t.defined(), "distributed::all_gather on rank {}: the tensor is undefined", rank_);
+  const Tensor in = t.contiguous();
+  // every rank's element count first: a shape mismatch is an Error, not a garbage result
+  const int64_t mine = in.numel();
+  std::vector<int64_t> counts(static_cast<size_t>(world_size_));
+  check(MPI_Allgather(&mine, 1, MPI_INT64_T, counts.data(), 1, MPI_INT64_T, comm_), "MPI_Allgather", "all_gather",
+        &t);
+  for (int r = 0; r < world_size_; ++r)
+    HG_CHECK(counts[static_cast<size_t>(r)] == mine,
+             "distributed::all_gather on rank {}: this rank has {} ({} elements) but rank {} has {} elements; "
+             "all_gather needs the same shape on every rank",
+             rank_, t.describe(), mine, r, counts[static_cast<size_t>(r)]);
+  Shape shape = t.shape();
+  shape.insert(shape.begin(), world_size_);
+  Tensor out = empty(shape, TensorOptions(t.dtype(), t.device()));
+  if (t.device().is_cuda()) {
+    nccl().all_gather(in, out);
+    return out;
+  }
+  const auto bytes = static_cast<int64_t>(mine) * static_cast<int64_t>(itemsize(t.dtype()));
+  HG_CHECK(bytes * world_size_ < (int64_t{1} << 31),
+           "distributed::all_gather on rank {}: {} from {} ranks is larger than MPI's 2 GB per call", rank_,
+           t.describe(), world_size_);
+  check(MPI_Allgather(in.data_ptr(), static_cast<int>(bytes), MPI_BYTE, out.data_ptr(), static_cast<int>(bytes),
+                      MPI_BYTE, comm_),
+        "MPI_Allgather", "all_gather", &t);
+  return out;
+}
+
+void WorldGroup::barrier() { check(MPI_Barrier(comm_), "MPI_Barrier", "barrier", nullptr); }
+
+}  // namespace
+
+ProcessGroup& init() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    world() = std::make_unique<WorldGroup>();
+    std::atexit([] { finalize(); });
+  });
+  HG_CHECK(world() != nullptr, "distributed::init: MPI was finalized; a process can start it only once");
+  return *world();
+}
+
+bool is_initialized() { return world() != nullptr; }
+
+void finalize() {
+  if (!world()) return;
+  world().reset();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (g_finalize_at_exit && !finalized) MPI_Finalize();
+}
+
+}  // namespace halfgrad::distributed
