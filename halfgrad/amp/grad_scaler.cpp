@@ -99,6 +99,8 @@ Tensor GradScaler::check(ScaledOptimizer& optimizer, bool unscale) {
   // Zeroed on the device's stream (a memset): no host involvement.
   Tensor found_inf = zeros({}, TensorOptions(DType::Float32, scale_.device()));
   unscale_and_check(grads, found_inf, unscale ? inv_scale() : Tensor());
+  // across ranks: a step is skipped everywhere if any rank saw an inf/NaN
+  if (found_inf_reducer_) found_inf_reducer_(found_inf);
   return found_inf;
 }
 

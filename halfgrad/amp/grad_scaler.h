@@ -95,6 +95,11 @@ class GradScaler {
   // inf/NaN check and before the optimizer's update, with what the optimizer
   // gets (both tensors undefined for a disabled scaler; inv_scale undefined
   // after unscale_). It only queues work unless the observer reads a value.
+  // Data parallelism: fn(found_inf) runs right after every inf/NaN check, before
+  // any optimizer sees the flag; distributed::DistributedDataParallel sets one
+  // that all-reduces it (max), so every rank skips the same steps and the
+  // scales stay equal. It must only queue device work (no host sync needed).
+  void set_found_inf_reducer(std::function<void(Tensor&)> fn) { found_inf_reducer_ = std::move(fn); }
   using StepObserver = std::function<void(const ScalerStep&)>;
   int64_t add_step_observer(StepObserver fn);
   void remove_step_observer(int64_t id);  // unknown ids are ignored
@@ -126,6 +131,7 @@ class GradScaler {
   int64_t init_growth_tracker_ = 0;  // from load_state_dict before the first scale()
   std::map<const ScaledOptimizer*, PerOptimizer> per_optimizer_;
   std::function<std::string()> explain_;
+  std::function<void(Tensor&)> found_inf_reducer_;
   std::vector<std::pair<int64_t, StepObserver>> observers_;
   int64_t next_observer_id_ = 0;
   void notify(const ScalerStep& handshake) const;

@@ -142,7 +142,40 @@ std::shared_ptr<Node> gradient_edge(const Tensor& t) {
   return impl->grad_accumulator;
 }
 
+namespace {
+// The callbacks queued during the backward running on this thread; null
+// outside one. Nested backward passes (a backward inside a hook) keep their own.
+thread_local std::vector<std::function<void()>>* g_callbacks = nullptr;
+}  // namespace
+
+// The pass itself (below): dependency counts, then the nodes in order.
+void run_graph(const Tensor& root, const Tensor& grad, bool retain_graph);
+
+void queue_callback(std::function<void()> fn) {
+  HG_CHECK(g_callbacks != nullptr,
+           "autograd::queue_callback: no backward pass is running on this thread (call it from a hook during "
+           "backward)");
+  g_callbacks->push_back(std::move(fn));
+}
+
 void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
+  std::vector<std::function<void()>> callbacks;
+  auto* outer = g_callbacks;
+  g_callbacks = &callbacks;
+  struct Restore {
+    std::vector<std::function<void()>>** slot;
+    std::vector<std::function<void()>>* prev;
+    ~Restore() { *slot = prev; }
+  } restore{&g_callbacks, outer};
+  run_graph(root, grad, retain_graph);
+  // callbacks may queue more (run in order until none is left)
+  for (size_t i = 0; i < callbacks.size(); ++i) {
+    auto fn = std::move(callbacks[i]);
+    fn();
+  }
+}
+
+void run_graph(const Tensor& root, const Tensor& grad, bool retain_graph) {
   auto root_node = gradient_edge(root);
   HG_CHECK(root_node != nullptr,
            "backward: tensor {} does not require grad and has no grad_fn. Did you call requires_grad_() on "

@@ -20,4 +20,10 @@ int64_t register_post_accumulate_grad_hook(const Tensor& leaf, PostAccumulateGra
 // Unknown ids (and leaves without hooks) are ignored.
 void remove_post_accumulate_grad_hook(const Tensor& leaf, int64_t id);
 
+// PyTorch's Variable._execution_engine.queue_callback: fn runs once, when the
+// backward pass running on this thread has finished (after every gradient is
+// written). Only inside a backward (a hook calls it); an Error elsewhere.
+// distributed::DistributedDataParallel finishes its all-reduces there.
+void queue_callback(std::function<void()> fn);
+
 }  // namespace halfgrad::autograd
