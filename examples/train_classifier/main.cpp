@@ -11,6 +11,10 @@
 // The loop below reads top to bottom as one training run; docs/training.md
 // explains each piece and shows a real run.
 #include <halfgrad.h>
+#if HALFGRAD_WITH_DISTRIBUTED
+#include <halfgrad/distributed/ddp.h>
+#include <halfgrad/distributed/sampler.h>
+#endif
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -64,6 +68,7 @@ struct Options {
   int64_t max_steps = 0;  // 0: all epochs
   int64_t log_every = 50;  // steps between reads of the loss (the loop's only host syncs)
   int64_t inject_nan_at = -1;  // testing: make the input NaN at this step
+  int inject_nan_rank = -1;    // ... on this rank only (-1: every rank)
   std::string report;          // run folder for halfgrad-report; empty: none
   int64_t monitor_every = 0;   // amp::Monitor records every N steps (0: off; 100 with --report)
   bool detect_anomaly = false;  // name the op that first produced inf/NaN when a step is skipped
@@ -124,6 +129,7 @@ Options parse(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--inject-nan-at", o.inject_nan_at, "testing: feed a NaN input at this step");
+  app.add_option("--inject-nan-rank", o.inject_nan_rank, "testing: ... on this rank only (-1: all; under mpirun)");
   app.add_option("--report", o.report,
                  "write a run folder (metrics.csv, numerics.json, dtypes.json, run.json) and its report.html "
                  "(halfgrad-report)");
@@ -246,6 +252,17 @@ Evaluation evaluate(Model& model, hg::data::DataLoader& loader, const Precision&
 
 int main(int argc, char** argv) try {
   const Options o = parse(argc, argv);
+  // ---- ranks: under mpirun (or any MPI launcher) each process is one data-parallel replica
+  int rank = 0, world = 1;
+#if HALFGRAD_WITH_DISTRIBUTED
+  const bool launched_by_mpi = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
+  hg::distributed::ProcessGroup* pg = launched_by_mpi ? &hg::distributed::init() : nullptr;  // picks this rank's GPU
+  if (pg) {
+    rank = pg->rank();
+    world = pg->world_size();
+  }
+#endif
+  const bool main_rank = rank == 0;  // draws the progress bar, writes metrics, checkpoints and the report
   const hg::Device device = o.device == "cuda" || (o.device == "auto" && hg::cuda::is_available())
                                 ? hg::Device::cuda()
                                 : hg::Device::cpu();
@@ -263,8 +280,15 @@ int main(int argc, char** argv) try {
   auto test_set = hg::data::fashion_mnist(o.data_dir, /*train=*/false);
   train_set = hg::data::TensorDataset(normalize(pad(train_set.inputs())), train_set.targets());
   test_set = hg::data::TensorDataset(normalize(pad(test_set.inputs())), test_set.targets());
-  hg::data::DataLoader train_loader(train_set, {.batch_size = o.batch_size, .shuffle = true, .seed = o.seed,
-                                                .device = device});
+  // With several ranks each takes its shard of every epoch (--batch-size is per rank, as in PyTorch's DDP).
+  std::shared_ptr<const hg::data::Sampler> shard;
+#if HALFGRAD_WITH_DISTRIBUTED
+  if (world > 1)
+    shard = std::make_shared<hg::distributed::DistributedSampler>(world, rank,
+                                                                 hg::distributed::DistributedSamplerOptions{.seed = o.seed});
+#endif
+  hg::data::DataLoader train_loader(train_set, {.batch_size = o.batch_size, .shuffle = shard == nullptr, .seed = o.seed,
+                                                .device = device, .sampler = shard});
   hg::data::DataLoader test_loader(test_set, {.batch_size = 1000, .device = device});
 
   // ---- optimizer, schedule, scaler --------------------------------------------------
@@ -285,6 +309,14 @@ int main(int argc, char** argv) try {
   const Precision ac{device.type(), low, amp};
   hg::amp::GradScaler scaler({.enabled = amp && low == hg::kHalf});
   hg::nn::CrossEntropyLoss criterion;
+#if HALFGRAD_WITH_DISTRIBUTED
+  // Rank 0's weights everywhere, gradients averaged during backward, one scaler decision for all ranks.
+  std::optional<hg::distributed::DistributedDataParallel> ddp;
+  if (world > 1) {
+    ddp.emplace(*model, *pg);
+    ddp->sync_scaler(scaler);
+  }
+#endif
 
   // ---- resume ---------------------------------------------------------------------
   std::optional<hg::optim::CheckpointManager> checkpoints;
@@ -297,10 +329,11 @@ int main(int argc, char** argv) try {
     train_loader.set_state(hg::data::DataLoaderState{.seed = std::stoull(parts.extra.at("loader.seed")),
                                                      .epoch = std::stoll(parts.extra.at("loader.epoch")),
                                                      .batch = std::stoll(parts.extra.at("loader.batch"))});
-    fmt::print("resumed from {} (step {}, epoch {})\n", *checkpoints->latest(), step, train_loader.state().epoch);
+    if (main_rank)
+      fmt::print("resumed from {} (step {}, epoch {})\n", *checkpoints->latest(), step, train_loader.state().epoch);
   }
   auto save = [&](int64_t at_step) {
-    if (!checkpoints) return std::string();
+    if (!checkpoints || !main_rank) return std::string();
     const auto s = train_loader.state();
     parts.extra = {{"loader.seed", std::to_string(s.seed)},
                    {"loader.epoch", std::to_string(s.epoch)},
@@ -309,26 +342,34 @@ int main(int argc, char** argv) try {
   };
 
   // ---- what this run is -------------------------------------------------------------
-  if (o.model == "mlp") fmt::print("{}\n", model->repr());  // MobileNet's is 300 lines
+  if (!main_rank) {
+  } else if (o.model == "mlp") fmt::print("{}\n", model->repr());  // MobileNet's is 300 lines
   else
     fmt::print("model: {} (torchvision's architecture, 10 classes, {}x{} inputs, {} memory)\n", o.model,
                net.image_size, net.image_size, o.memory_format == "channels_last" ? "channels-last" : "row-major");
-  fmt::print("parameters: {}\n", with_commas(model->num_parameters()));
-  fmt::print("device: {}\n", device.str());
-  fmt::print("precision: {}\n", amp ? fmt::format("autocast {} (float32 master weights), GradScaler {}",
-                                                  hg::dtype_name(low), scaler.is_enabled() ? "on" : "off")
-                                    : std::string("float32"));
-  fmt::print("data: {} train, {} test examples from {}\n", train_set.size(), test_set.size(), o.data_dir);
+  if (main_rank) {
+    fmt::print("parameters: {}\n", with_commas(model->num_parameters()));
+    fmt::print("device: {}\n", device.str());
+    if (world > 1)
+      fmt::print("ranks: {} (data parallel: {} samples per rank per step, gradients averaged)\n", world,
+                 o.batch_size);
+    fmt::print("precision: {}\n", amp ? fmt::format("autocast {} (float32 master weights), GradScaler {}",
+                                                    hg::dtype_name(low), scaler.is_enabled() ? "on" : "off")
+                                      : std::string("float32"));
+    fmt::print("data: {} train, {} test examples from {}\n", train_set.size(), test_set.size(), o.data_dir);
+  }
 
   // ---- the run folder for the report, and the numerics monitor ---------------------------
-  if (!o.report.empty()) std::filesystem::create_directories(o.report);
-  const std::string metrics_path = o.metrics.empty() && !o.report.empty() ? o.report + "/metrics.csv" : o.metrics;
+  const std::string report_dir = main_rank ? o.report : std::string();
+  if (!report_dir.empty()) std::filesystem::create_directories(report_dir);
+  const std::string metrics_path =
+      !main_rank ? std::string() : o.metrics.empty() && !report_dir.empty() ? report_dir + "/metrics.csv" : o.metrics;
   std::optional<hg::train::MetricsCsv> csv;
   if (!metrics_path.empty()) csv.emplace(metrics_path, /*append=*/o.resume);
   hg::train::ProgressBar* bar_now = nullptr;  // where a skipped step's line goes
   std::optional<hg::amp::Monitor> numerics;
-  const int64_t monitor_every = o.monitor_every > 0 ? o.monitor_every : o.report.empty() ? 0 : 100;
-  if (monitor_every > 0 || o.detect_anomaly)
+  const int64_t monitor_every = o.monitor_every > 0 ? o.monitor_every : report_dir.empty() ? 0 : 100;
+  if (main_rank && (monitor_every > 0 || o.detect_anomaly))
     numerics.emplace(*model, scaler,
                      hg::amp::MonitorOptions{.every = monitor_every,
                                              .detect_anomaly = o.detect_anomaly,
@@ -338,7 +379,7 @@ int main(int argc, char** argv) try {
                                              }});
   // The first step's forward, op by op, as autocast decided it: the report's dtype table.
   std::vector<hg::amp::OpTrace> op_trace;
-  bool trace_first_step = !o.report.empty();
+  bool trace_first_step = !report_dir.empty();
   hg::train::NonFiniteMonitor monitor(step);
   hg::train::OverflowWarning overflow;
   int64_t skipped_total = 0;
@@ -381,10 +422,10 @@ int main(int argc, char** argv) try {
   std::optional<double> last_accuracy;
   // The run folder's JSON files, then the page (halfgrad-report).
   const auto write_report = [&](int64_t steps_done, std::optional<double> accuracy) {
-    if (numerics && !o.report.empty()) numerics->write_json(o.report + "/numerics.json");
-    if (o.report.empty()) return;
+    if (numerics && !report_dir.empty()) numerics->write_json(report_dir + "/numerics.json");
+    if (report_dir.empty()) return;
     if (csv) csv->close();
-    write_dtypes_json(o.report + "/dtypes.json", op_trace);
+    write_dtypes_json(report_dir + "/dtypes.json", op_trace);
     const nlohmann::json run = {
         {"format", "halfgrad-run-1"},
         {"model", o.model},
@@ -400,9 +441,9 @@ int main(int argc, char** argv) try {
         {"peak_memory_bytes", hg::train::peak_memory_bytes(device)},
         {"seconds", seconds_since(run_start)},
         {"monitor_every", monitor_every}};
-    hg::atomic_write_file(o.report + "/run.json", run.dump(1));
+    hg::atomic_write_file(report_dir + "/run.json", run.dump(1));
     std::fflush(stdout);
-    const std::string cmd = fmt::format("'{}' '{}'", HALFGRAD_REPORT, o.report);
+    const std::string cmd = fmt::format("'{}' '{}'", HALFGRAD_REPORT, report_dir);
     if (std::system(cmd.c_str()) != 0) fmt::print(stderr, "train_classifier: halfgrad-report failed ({})\n", cmd);
   };
 
@@ -410,14 +451,15 @@ int main(int argc, char** argv) try {
   for (int64_t epoch = train_loader.state().epoch; epoch < o.epochs && step < total_steps; ++epoch) {
     const auto epoch_start = std::chrono::steady_clock::now();
     hg::train::ProgressBar bar(steps_per_epoch, {.desc = fmt::format("epoch {}/{}", epoch + 1, o.epochs),
-                                                 .samples_per_step = o.batch_size});
+                                                 .samples_per_step = o.batch_size,
+                                                 .disable = !main_rank});
     bar_now = &bar;
     bar.update(train_loader.state().batch, train_loader.state().batch * o.batch_size);  // resumed mid-epoch
     double epoch_loss_sum = 0;
     int64_t epoch_reads = 0;
     for (auto& batch : train_loader) {
       hg::Tensor input = batch.input;
-      if (step == o.inject_nan_at) input = input * std::nan("");
+      if (step == o.inject_nan_at && (o.inject_nan_rank < 0 || o.inject_nan_rank == rank)) input = input * std::nan("");
       hg::Tensor loss;
       std::optional<hg::amp::trace> tracing;
       if (trace_first_step) {
@@ -452,16 +494,31 @@ int main(int argc, char** argv) try {
       if (step % o.log_every == 0 || end) {
         const auto r = monitor.read(&scaler);  // the one host sync every log_every steps
         skipped_total += r.skipped_steps;
-        if (!r.finite()) {
+        // every rank checks its own loss; all stop together when any saw a non-finite one
+        bool stop = !r.finite();
+#if HALFGRAD_WITH_DISTRIBUTED
+        if (world > 1) {
+          hg::Tensor any = hg::full({1}, stop ? 1.0 : 0.0);
+          pg->all_reduce(any, hg::distributed::ReduceOp::Max);
+          stop = any.item<float>() != 0.0f;
+        }
+#endif
+        if (stop && r.finite()) {  // another rank's loss
+          bar.close();
+          fmt::print(stderr, "train_classifier: rank {} stops at step {}: another rank's loss is not finite\n", rank,
+                     step);
+          return 3;
+        }
+        if (stop) {
           bar.close();
           bar_now = nullptr;
           fmt::print(stderr,
-                     "\ntrain_classifier: the loss is not finite at step {} (last finite loss {:.4f}, loss scale {}, "
+                     "\ntrain_classifier: {}the loss is not finite at step {} (last finite loss {:.4f}, loss scale {}, "
                      "{} skipped steps so far).\n",
-                     r.first_nonfinite_step.value_or(step), r.last_finite_loss.value_or(std::nan("")),
+                     world > 1 ? fmt::format("rank {}: ", rank) : std::string(), r.first_nonfinite_step.value_or(step), r.last_finite_loss.value_or(std::nan("")),
                      scaler.is_enabled() ? fmt::format("{:g}", scaler.get_scale()) : std::string("off"),
                      skipped_total);
-          if (checkpoints) {
+          if (checkpoints && main_rank) {
             restore_good();  // back to the last finite read, and save that state
             fmt::print(stderr, "saved the last good state (step {}) to {}\n", good.step, save(good.step));
           }
@@ -497,8 +554,9 @@ int main(int argc, char** argv) try {
     const auto eval = evaluate(net, test_loader, ac);
     last_accuracy = eval.accuracy;
     const double seconds = seconds_since(epoch_start);
-    fmt::print("epoch {}: test loss {:.4f}, accuracy {:.2f}%, {:.1f} s\n", epoch + 1, eval.loss,
-               100 * eval.accuracy, seconds);
+    if (main_rank)  // every rank evaluates the whole test set: the same numbers
+      fmt::print("epoch {}: test loss {:.4f}, accuracy {:.2f}%, {:.1f} s\n", epoch + 1, eval.loss,
+                 100 * eval.accuracy, seconds);
     if (csv)
       csv->write({.kind = hg::train::RowKind::Epoch, .step = step, .epoch = epoch,
                   .loss = epoch_reads ? epoch_loss_sum / epoch_reads : std::nan(""), .test_loss = eval.loss,
@@ -507,7 +565,7 @@ int main(int argc, char** argv) try {
     save(step);
   }
 
-  fmt::print("peak memory: {}\n", hg::train::format_bytes(hg::train::peak_memory_bytes(device)));
+  if (main_rank) fmt::print("peak memory: {}\n", hg::train::format_bytes(hg::train::peak_memory_bytes(device)));
   if (csv) {
     csv->close();
     std::fflush(stdout);  // our lines before the script's

@@ -106,7 +106,8 @@ std::string format_num(double value) {
 
 ProgressBar::ProgressBar(int64_t total, ProgressOptions options)
     : total_(std::max<int64_t>(total, 0)), options_(std::move(options)) {
-  out_ = options_.out ? options_.out : &std::cerr;
+  static std::ostream nowhere(nullptr);  // a stream without a buffer: every write is dropped
+  out_ = options_.disable ? &nowhere : options_.out ? options_.out : &std::cerr;
   fd_ = out_ == &std::cout ? STDOUT_FILENO : (out_ == &std::cerr || out_ == &std::clog) ? STDERR_FILENO : -1;
   terminal_ = options_.terminal.value_or(fd_ >= 0 && isatty(fd_) == 1);
   if (!options_.clock) options_.clock = steady_seconds;

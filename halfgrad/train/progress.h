@@ -68,6 +68,7 @@ struct ProgressOptions {
   std::string sample_unit = "samples";  // ", 2.40k samples/s"
   int64_t samples_per_step = 0;       // update(steps) counts steps * this many samples
   bool ascii = false;                 // bar of " 123456789#" instead of Unicode eighth blocks
+  bool disable = false;               // draw nothing, write() nothing (tqdm's disable: ranks other than 0)
 };
 
 class ProgressBar {

@@ -13,7 +13,10 @@
 #             monitor say in one line why step 25 was skipped (the last
 #             layer's gradient first, in backward's order); the run folder,
 #             the page with its figures, and a screenshot Chromium took of it;
-#             halfgrad-report refuses a corrupted file, naming it.
+#             halfgrad-report refuses a corrupted file, naming it;
+#   mpirun    data-parallel on 2 ranks: one header and one progress bar (rank
+#             0's), the epoch's line once; a NaN fed on rank 1 only stops both
+#             ranks at the next read (exit 3) and rank 0 saves the last good state.
 #
 #   train_classifier_test.sh <train_classifier> <case>
 set -euo pipefail
@@ -106,6 +109,26 @@ case $case_ in
     if "$report_bin" "$work/run" >"$work/rep" 2>&1; then echo "FAIL: a corrupted file was accepted"; exit 1; fi
     grep -q "numerics.json: not valid JSON" "$work/rep" || { cat "$work/rep"; echo "FAIL: message"; exit 1; }
     echo "report: ok (screenshot $dims, $size bytes)"
+    ;;
+  mpirun)
+    # (under ASan: OpenMPI's own allocations are not leaks of ours)
+    mpi=(env OMP_NUM_THREADS=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+      LSAN_OPTIONS=suppressions=$(cd "$(dirname "$0")/.." && pwd)/distributed/lsan.supp
+      "$3" --oversubscribe --allow-run-as-root -np 2)
+    "${mpi[@]}" "$bin" "${common[@]}" --max-steps 30 >"$work/out" 2>"$work/err" ||
+      { cat "$work/out" "$work/err"; echo "FAIL: the 2-rank run failed"; exit 1; }
+    [[ $(grep -c "^ranks: 2 (data parallel" "$work/out") -eq 1 ]] || { cat "$work/out"; echo "FAIL: header not once"; exit 1; }
+    [[ $(grep -c "^epoch 1: test loss" "$work/out") -eq 1 ]] || { cat "$work/out"; echo "FAIL: epoch line not once"; exit 1; }
+    set +e
+    "${mpi[@]}" "$bin" "${common[@]}" --max-steps 60 --inject-nan-at 15 --inject-nan-rank 1 --checkpoint-dir "$work/ckpt" \
+      >"$work/out2" 2>"$work/err2"
+    rc=$?
+    set -e
+    [[ $rc -eq 3 ]] || { cat "$work/out2" "$work/err2"; echo "FAIL: exit code $rc, expected 3"; exit 1; }
+    grep -q "rank 1: the loss is not finite at step 15" "$work/err2" || { cat "$work/err2"; echo "FAIL: rank 1's message"; exit 1; }
+    grep -q "saved the last good state (step 10)" "$work/err2" || { cat "$work/err2"; echo "FAIL: no last-good checkpoint"; exit 1; }
+    [[ -f "$work/ckpt/ckpt-10/model.safetensors" && ! -e "$work/ckpt/ckpt-20" ]] || { ls -R "$work/ckpt"; echo "FAIL: checkpoints"; exit 1; }
+    echo "mpirun: ok"
     ;;
   *) echo "unknown case $case_"; exit 2 ;;
 esac
