@@ -1,0 +1,100 @@
+// Data parallelism on this machine, run under mpirun (docs/distributed.md has
+// the numbers): the all-reduce bandwidth of the process group for message
+// sizes from 4 KB to 64 MB, and a data-parallel MLP training step at a fixed
+// global batch. Run it with 1 rank and with 2, and compare:
+//
+//   OMP_NUM_THREADS=2 build/benchmarks/distributed_step
+//   OMP_NUM_THREADS=1 mpirun --oversubscribe --allow-run-as-root -np 2 build/benchmarks/distributed_step
+//
+// Bus bandwidth is nccl-tests' measure: bytes x 2 (n - 1) / n per second,
+// what each link carries in a ring all-reduce. On CUDA tensors (--device cuda,
+// a GPU machine) the same calls go through NCCL.
+#include <halfgrad.h>
+#include <halfgrad/distributed/ddp.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace hg = halfgrad;
+namespace dist = halfgrad::distributed;
+
+namespace {
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string device_name = "cpu";
+  int64_t global_batch = 256, steps = 30;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--device")) device_name = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--global-batch")) global_batch = std::atoll(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--steps")) steps = std::atoll(argv[i + 1]);
+  }
+  auto& pg = dist::init();
+  const int w = pg.world_size(), r = pg.rank();
+  const hg::Device device = device_name == "cuda" ? hg::Device::cuda() : hg::Device::cpu();
+  const hg::Tensor probe = hg::zeros({1}, hg::TensorOptions(hg::kFloat, device));
+  auto sync = [&] {
+    if (device.is_cuda()) (void)(probe + 1.0).item<float>();  // waits for the stream's queued work
+    pg.barrier();
+  };
+  if (r == 0) fmt::print("{} rank(s), {} tensors\n\nall_reduce (sum, float32)\n{:>10} {:>12} {:>14}\n", w,
+                         device.str(), "size", "time us", "bus GB/s");
+  for (int64_t bytes = 4096; bytes <= (int64_t{64} << 20); bytes *= 4) {
+    hg::Tensor t = hg::ones({bytes / 4}, hg::TensorOptions(hg::kFloat, device));
+    std::vector<double> times;
+    for (int i = 0; i < 12; ++i) {
+      sync();
+      const double t0 = now_s();
+      pg.all_reduce(t);
+      sync();
+      if (i >= 2) times.push_back(now_s() - t0);
+    }
+    const double s = median(times);
+    const double bus = w > 1 ? static_cast<double>(bytes) * 2.0 * (w - 1) / w / s / 1e9 : 0.0;
+    if (r == 0) fmt::print("{:>10} {:>12.1f} {:>14.2f}\n", hg::train::format_bytes(static_cast<uint64_t>(bytes)), s * 1e6, bus);
+  }
+
+  // A data-parallel step: MLP 784-1024-1024-10, global batch split over the ranks.
+  hg::manual_seed(0);
+  hg::nn::Sequential model(hg::nn::Linear(784, 1024), hg::nn::ReLU(), hg::nn::Linear(1024, 1024), hg::nn::ReLU(),
+                           hg::nn::Linear(1024, 10));
+  model.to(device);
+  std::optional<dist::DistributedDataParallel> ddp;
+  if (w > 1) ddp.emplace(model, pg);
+  hg::optim::SGD opt(model.parameters(), {.lr = 0.01, .momentum = 0.9});
+  const int64_t b = global_batch / w;
+  const hg::Tensor x = hg::randn({b, 784}).to(device), y = hg::randint(0, 10, {b}).to(device);
+  std::vector<double> times;
+  for (int64_t i = 0; i < steps + 3; ++i) {
+    sync();
+    const double t0 = now_s();
+    opt.zero_grad();
+    hg::Tensor loss;
+    {
+      hg::amp::autocast region(device.type());
+      loss = hg::cross_entropy(model(x), y);
+    }
+    loss.backward();
+    opt.step();
+    sync();
+    if (i >= 3) times.push_back(now_s() - t0);
+  }
+  if (r == 0)
+    fmt::print("\nMLP 784-1024-1024-10 step, autocast, global batch {} ({} per rank): {:.2f} ms (median of {})\n",
+               global_batch, b, median(times) * 1e3, steps);
+  dist::finalize();
+  return 0;
+}
