@@ -91,3 +91,23 @@ TEST_CASE("collectives refuse what they cannot do, on every rank alike", "[distr
 #endif
   pg.barrier();  // everyone is still in step
 }
+
+TEST_CASE("CUDA tensors go through NCCL: all_reduce, broadcast, all_gather against the CPU's", "[distributed][cuda]") {
+  // one GPU per rank (a world of 1 on a machine with one GPU still runs NCCL's code)
+  auto& pg = dist::init();
+  const double r = pg.rank() + 1, w = pg.world_size();
+  for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16, DType::Float64}) {
+    INFO(hgtest::dname(dt));
+    Tensor s = hg::full({1000}, r).to(dt).cuda();
+    pg.all_reduce(s, dist::ReduceOp::Sum);
+    CHECK(hgtest::values(s.cpu()) == std::vector<double>(1000, w * (w + 1) / 2));
+    Tensor a = hg::full({3}, r).to(dt).cuda();
+    pg.all_reduce(a, dist::ReduceOp::Avg);
+    CHECK(hgtest::values(a.cpu()) == std::vector<double>(3, (w + 1) / 2));
+  }
+  Tensor b = (hg::arange(0, 4) + 10.0 * pg.rank()).cuda();
+  pg.broadcast(b, 0);
+  CHECK(hgtest::values(b.cpu()) == hgtest::values(hg::arange(0, 4)));
+  const Tensor all = pg.all_gather((hg::arange(0, 4) + 10.0 * pg.rank()).cuda());
+  for (int k = 0; k < pg.world_size(); ++k) CHECK(hgtest::values(all[k].cpu()) == hgtest::values(hg::arange(0, 4) + 10.0 * k));
+}
