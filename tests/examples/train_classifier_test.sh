@@ -111,9 +111,11 @@ case $case_ in
     echo "report: ok (screenshot $dims, $size bytes)"
     ;;
   mpirun)
-    # (under ASan: OpenMPI's own allocations are not leaks of ours)
-    mpi=(env OMP_NUM_THREADS=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+    # (under ASan: OpenMPI's own allocations are not leaks of ours; its plugins stay loaded and the
+    # stacks are unwound in full, so that LeakSanitizer's suppressions can name them)
+    mpi=(env OMP_NUM_THREADS=1 OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_mca_base_component_disable_dlclose=1
       LSAN_OPTIONS=suppressions=$(cd "$(dirname "$0")/.." && pwd)/distributed/lsan.supp
+      ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0
       "$3" --oversubscribe --allow-run-as-root -np 2)
     "${mpi[@]}" "$bin" "${common[@]}" --max-steps 30 >"$work/out" 2>"$work/err" ||
       { cat "$work/out" "$work/err"; echo "FAIL: the 2-rank run failed"; exit 1; }
