@@ -14,6 +14,9 @@
 #if HALFGRAD_WITH_DISTRIBUTED
 #include <halfgrad/distributed/ddp.h>
 #include <halfgrad/distributed/sampler.h>
+using ProcessGroupPtr = halfgrad::distributed::ProcessGroup*;
+#else
+using ProcessGroupPtr = void*;  // built without MPI: always one process
 #endif
 
 #include <CLI/CLI.hpp>
@@ -72,6 +75,8 @@ struct Options {
   std::string report;          // run folder for halfgrad-report; empty: none
   int64_t monitor_every = 0;   // amp::Monitor records every N steps (0: off; 100 with --report)
   bool detect_anomaly = false;  // name the op that first produced inf/NaN when a step is skipped
+  bool explain_skips = false;   // name the gradient of a skipped step on CUDA too (a sync per step)
+  bool evaluate = false;        // only evaluate (the latest checkpoint with --resume) and exit
 };
 
 Options parse(int argc, char** argv) {
@@ -138,6 +143,11 @@ Options parse(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--detect-anomaly", o.detect_anomaly,
                "check every op for inf/NaN, so a skipped step names the op (slow: a debugging mode)");
+  app.add_flag("--evaluate", o.evaluate,
+               "only evaluate on the test set and exit (with --checkpoint-dir DIR --resume: the latest checkpoint)");
+  app.add_flag("--explain-skips", o.explain_skips,
+               "say which gradient held inf/NaN when a step is skipped (on by default on the CPU; on CUDA it costs "
+               "a sync per step)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -227,7 +237,9 @@ struct Evaluation {
 };
 
 // Test loss and accuracy, under the same autocast as training, without grad.
-Evaluation evaluate(Model& model, hg::data::DataLoader& loader, const Precision& ac) {
+// Under data parallelism each rank evaluates its own shard (no sample twice)
+// and the sums are added across ranks: every rank gets the same numbers.
+Evaluation evaluate(Model& model, hg::data::DataLoader& loader, const Precision& ac, ProcessGroupPtr pg) {
   model.module->eval();
   hg::NoGradGuard no_grad;
   hg::Tensor loss_sum = hg::zeros({}, hg::TensorOptions(hg::kDouble, loader.options().device));
@@ -245,7 +257,17 @@ Evaluation evaluate(Model& model, hg::data::DataLoader& loader, const Precision&
     n += batch.target.size(0);
   }
   model.module->train();
-  return {loss_sum.item() / static_cast<double>(n), static_cast<double>(correct.item<int64_t>()) / n};
+  hg::Tensor count = hg::full({}, static_cast<double>(n), hg::TensorOptions(hg::kDouble, loss_sum.device()));
+  (void)pg;
+#if HALFGRAD_WITH_DISTRIBUTED
+  if (pg) {
+    pg->all_reduce(loss_sum, hg::distributed::ReduceOp::Sum);
+    pg->all_reduce(correct, hg::distributed::ReduceOp::Sum);
+    pg->all_reduce(count, hg::distributed::ReduceOp::Sum);
+  }
+#endif
+  const double total = count.item();
+  return {loss_sum.item() / total, static_cast<double>(correct.item<int64_t>()) / total};
 }
 
 }  // namespace
@@ -254,9 +276,10 @@ int main(int argc, char** argv) try {
   const Options o = parse(argc, argv);
   // ---- ranks: under mpirun (or any MPI launcher) each process is one data-parallel replica
   int rank = 0, world = 1;
+  ProcessGroupPtr pg = nullptr;
 #if HALFGRAD_WITH_DISTRIBUTED
   const bool launched_by_mpi = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK");
-  hg::distributed::ProcessGroup* pg = launched_by_mpi ? &hg::distributed::init() : nullptr;  // picks this rank's GPU
+  if (launched_by_mpi) pg = &hg::distributed::init();  // picks this rank's GPU
   if (pg) {
     rank = pg->rank();
     world = pg->world_size();
@@ -289,7 +312,13 @@ int main(int argc, char** argv) try {
 #endif
   hg::data::DataLoader train_loader(train_set, {.batch_size = o.batch_size, .shuffle = shard == nullptr, .seed = o.seed,
                                                 .device = device, .sampler = shard});
-  hg::data::DataLoader test_loader(test_set, {.batch_size = 1000, .device = device});
+  std::shared_ptr<const hg::data::Sampler> test_shard;
+#if HALFGRAD_WITH_DISTRIBUTED
+  if (world > 1)
+    test_shard = std::make_shared<hg::distributed::DistributedSampler>(
+        world, rank, hg::distributed::DistributedSamplerOptions{.shuffle = false, .pad = false});
+#endif
+  hg::data::DataLoader test_loader(test_set, {.batch_size = 1000, .device = device, .sampler = test_shard});
 
   // ---- optimizer, schedule, scaler --------------------------------------------------
   auto optimizer = make_optimizer(o, model->parameters());
@@ -332,6 +361,12 @@ int main(int argc, char** argv) try {
     if (main_rank)
       fmt::print("resumed from {} (step {}, epoch {})\n", *checkpoints->latest(), step, train_loader.state().epoch);
   }
+  if (o.evaluate) {  // the test set only: the latest checkpoint's weights (with --resume), sharded under mpirun
+    const auto eval = evaluate(net, test_loader, ac, pg);
+    if (main_rank)
+      fmt::print("evaluation (step {}): test loss {:.6f}, accuracy {:.2f}%\n", step, eval.loss, 100 * eval.accuracy);
+    return 0;
+  }
   auto save = [&](int64_t at_step) {
     if (!checkpoints || !main_rank) return std::string();
     const auto s = train_loader.state();
@@ -369,13 +404,27 @@ int main(int argc, char** argv) try {
   hg::train::ProgressBar* bar_now = nullptr;  // where a skipped step's line goes
   std::optional<hg::amp::Monitor> numerics;
   const int64_t monitor_every = o.monitor_every > 0 ? o.monitor_every : report_dir.empty() ? 0 : 100;
-  if (main_rank && (monitor_every > 0 || o.detect_anomaly))
+  // Skips are explained by default on the CPU (free) and on request on CUDA (a sync per step).
+  std::optional<bool> explain;
+  if (o.explain_skips || o.detect_anomaly) explain = true;
+  if (main_rank && (monitor_every > 0 || o.detect_anomaly || o.explain_skips))
     numerics.emplace(*model, scaler,
                      hg::amp::MonitorOptions{.every = monitor_every,
+                                             .explain_skips = explain,
                                              .detect_anomaly = o.detect_anomaly,
                                              .on_skip = [&](const std::string& line) {
                                                if (bar_now) bar_now->write(line);
                                                else fmt::print("{}\n", line);
+                                             }});
+  else if (o.detect_anomaly)
+    // Other ranks: gradients are averaged before the scaler's check, so an inf
+    // on any rank is an inf on all and rank 0's line names the parameter; the
+    // op that made it ran on one rank only, and that rank says which.
+    numerics.emplace(*model, scaler,
+                     hg::amp::MonitorOptions{.every = 0, .activations = false, .explain_skips = true,
+                                             .detect_anomaly = true, .on_skip = [&, rank](const std::string& line) {
+                                               if (!numerics->skips().back().op.empty())
+                                                 fmt::print(stderr, "rank {}: {}\n", rank, line);
                                              }});
   // The first step's forward, op by op, as autocast decided it: the report's dtype table.
   std::vector<hg::amp::OpTrace> op_trace;
@@ -551,10 +600,10 @@ int main(int argc, char** argv) try {
     }
     bar.close();
     bar_now = nullptr;
-    const auto eval = evaluate(net, test_loader, ac);
+    const auto eval = evaluate(net, test_loader, ac, pg);
     last_accuracy = eval.accuracy;
     const double seconds = seconds_since(epoch_start);
-    if (main_rank)  // every rank evaluates the whole test set: the same numbers
+    if (main_rank)
       fmt::print("epoch {}: test loss {:.4f}, accuracy {:.2f}%, {:.1f} s\n", epoch + 1, eval.loss,
                  100 * eval.accuracy, seconds);
     if (csv)

@@ -48,7 +48,7 @@ Monitor::Monitor(std::vector<std::pair<std::string, Tensor>> named_parameters, s
            options_.every);
   grad_hook_ids_.assign(params_.size(), -1);
   arrival_.assign(params_.size(), -1);
-  if (options_.explain_skips)
+  if (options_.explain_skips.value_or(true))  // unset: decided per step by the flag's device
     for (size_t i = 0; i < params_.size(); ++i) {
       const Tensor& p = params_[i].second;
       if (p.defined() && p.requires_grad() && !p.grad_fn())
@@ -110,7 +110,8 @@ void Monitor::disarm() {
 void Monitor::on_step(const ScalerStep& handshake) {
   std::optional<bool> skipped;
   if (!handshake.found_inf.defined()) skipped = false;  // a disabled scaler applies every step
-  else if (options_.explain_skips) skipped = handshake.found_inf.item<float>() != 0.0f;
+  else if (options_.explain_skips.value_or(handshake.found_inf.device().is_cpu()))
+    skipped = handshake.found_inf.item<float>() != 0.0f;
   if (armed_) {
     record(handshake, skipped);
     disarm();
@@ -208,9 +209,10 @@ void Monitor::explain_skip(double scale) {
       line += fmt::format(" (first of {} non-finite gradients in backward{})", found.size(),
                           order[idx[0]] == std::numeric_limits<int64_t>::max() ? ", arrival order unknown" : "");
   }
-  if (detect_ && detect_->first()) line += "; " + detect_->describe();
-  else if (detect_) line += "; no op produced a non-finite value (an input or a weight held it)";
-  skips_.push_back({steps_, scale, line});
+  std::string op;
+  if (detect_ && detect_->first()) line += "; " + (op = detect_->describe());
+  else if (detect_) line += "; no op produced a non-finite value here (an input, a weight or another rank held it)";
+  skips_.push_back({steps_, scale, line, op});
   if (options_.on_skip) options_.on_skip(line);
 }
 

@@ -23,8 +23,9 @@
 // forward hooks on the modules (so a Sequential's fused layers run fused on
 // the other steps). Statistics accumulate on the tensors' device; a record
 // reads them back in one copy (plus the scale). Explaining skipped steps
-// reads each step's found-inf flag: free on the CPU, a device sync per step
-// on CUDA (explain_skips = false removes it; skips are then not explained).
+// reads each step's found-inf flag: free on the CPU, so on by default there; a
+// device sync per step on CUDA, so off by default there (explain_skips = true
+// turns it on: a debugging run, not a fast one).
 //
 // The model only needs named_parameters() and named_modules() whose modules
 // have register_forward_hook (nn::Module's), so amp/ does not depend on nn/.
@@ -49,8 +50,9 @@ struct MonitorOptions {
   int64_t every = 100;
   bool activations = true;  // module outputs too (not only gradients)
   // Read each step's found-inf flag and, on a skipped step, name the gradient
-  // that first held inf/NaN (in the order backward produced them).
-  bool explain_skips = true;
+  // that first held inf/NaN (in the order backward produced them). Unset: on
+  // when the scaler's flag is on the CPU (free), off on CUDA (a sync per step).
+  std::optional<bool> explain_skips;
   // Keep an amp::DetectNonFinite guard alive (on the monitor's thread), so a
   // skipped step also names the op that first produced a non-finite value.
   // A debugging mode: every op's output is checked.
@@ -80,6 +82,10 @@ struct SkippedStep {
   int64_t step = 0;
   double scale = 1.0;
   std::string message;  // the one line
+  // With detect_anomaly: the op of this process that first produced a
+  // non-finite value ("" if none did here: under data parallelism another
+  // rank's gradients can bring the inf, averaged into everyone's).
+  std::string op;
 };
 
 // Where a forward hook can go: one module, type-erased (built by the template constructor).

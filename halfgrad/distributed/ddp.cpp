@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include <halfgrad/amp/anomaly_hooks.h>
 #include <halfgrad/autograd/grad_mode.h>
 #include <halfgrad/autograd/hooks.h>
 #include <halfgrad/core/cuda/runtime.h>
@@ -133,6 +134,7 @@ void DistributedDataParallel::on_grad(size_t k) {
 
 void DistributedDataParallel::launch(Bucket& b) {
   NoGradGuard no_grad;
+  const amp::SuppressNonFiniteChecks quiet;  // moving gradients is not the model's arithmetic (detect_anomaly)
   on_side_stream(side_stream_, device_, [&] {
     const Tensor& first = params_[b.params.front()].second;
     if (!b.buffer.defined()) b.buffer = empty({b.numel}, TensorOptions(first.dtype(), first.device()));
@@ -157,6 +159,7 @@ void DistributedDataParallel::finish() {
                  "requires grad must take part in the loss (or set requires_grad false on the unused ones)",
                  pg_.rank(), params_[k].first);
   NoGradGuard no_grad;
+  const amp::SuppressNonFiniteChecks quiet;
   if (side_stream_) {  // the current stream waits for the all-reduces
     void* ev = cuda::event_create(device_);
     cuda::event_record(ev, side_stream_, device_);

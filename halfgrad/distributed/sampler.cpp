@@ -13,7 +13,9 @@ DistributedSampler::DistributedSampler(int world_size, int rank, DistributedSamp
 int64_t DistributedSampler::size(int64_t n) const {
   const int64_t w = world_size_;
   // PyTorch: drop_last cuts to a multiple of the world size, else pads up to one
-  return options_.drop_last ? n / w : (n + w - 1) / w;
+  if (options_.drop_last) return n / w;
+  if (!options_.pad) return (n - rank_ + w - 1) / w;  // positions rank, rank + w, ... below n
+  return (n + w - 1) / w;
 }
 
 Tensor DistributedSampler::indices(int64_t n, int64_t epoch) const {

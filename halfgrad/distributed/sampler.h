@@ -10,6 +10,10 @@
 //   hg::data::DataLoader loader(train_set, {.batch_size = 128, .sampler = sampler});
 //   loader.set_epoch(epoch);   // a new shuffle each epoch, as sampler.set_epoch(epoch) in PyTorch
 //
+// For evaluation, pad = false (ours; PyTorch has no such option) gives every
+// sample to exactly one rank: shards then differ by at most one sample, so
+// sum the per-rank totals (all_reduce) rather than averaging per-rank means.
+//
 // Its indices need no communication, so it lives apart from MPI: any process
 // knowing its rank and the world's size can shard.
 #include <cstdint>
@@ -22,6 +26,7 @@ struct DistributedSamplerOptions {
   bool shuffle = true;
   uint64_t seed = 0;
   bool drop_last = false;
+  bool pad = true;  // false: no repeated samples, shards of unequal length (evaluation; ignored with drop_last)
 };
 
 class DistributedSampler final : public data::Sampler {

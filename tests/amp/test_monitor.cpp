@@ -164,6 +164,38 @@ TEST_CASE("Monitor names the gradient that first held an inf in backward, and th
   CHECK(find(r.grads, "0.weight")->hist.non_finite() > 0);
 }
 
+TEST_CASE("Monitor on CUDA: no per-step sync unless asked, then the same line as on the CPU", "[amp][monitor][cuda]") {
+  for (const bool ask : {false, true}) {
+    hg::manual_seed(4);
+    hg::nn::Sequential model = planted_gradient_overflow();
+    model.to(hg::Device::cuda());
+    hg::amp::GradScaler scaler({.init_scale = 4096.0});
+    hg::optim::SGD opt(model.parameters(), {.lr = 0.01});
+    hg::amp::MonitorOptions options{.every = 1};
+    if (ask) options.explain_skips = true;
+    hg::amp::Monitor monitor(model, scaler, options);
+    const Tensor x = (hg::randn({4, 4}) * 0.01).cuda();
+    const Tensor target = hg::tensor(std::vector<int64_t>{0, 1, 0, 1}).cuda();
+    opt.zero_grad();
+    Tensor loss;
+    {
+      hg::amp::autocast region(hg::kCUDA, hg::kHalf);
+      loss = hg::cross_entropy(model(x), target);
+    }
+    scaler.scale(loss).backward();
+    scaler.step(opt);
+    scaler.update();
+    REQUIRE(monitor.records().size() == 1);
+    if (!ask) {  // the flag was not read: nothing known, nothing explained
+      CHECK_FALSE(monitor.records()[0].skipped.has_value());
+      CHECK(monitor.skips().empty());
+    } else {
+      REQUIRE(monitor.skips().size() == 1);
+      CHECK(monitor.skips()[0].message.rfind("step 0 skipped (scale 4096): grad of 2.weight is inf", 0) == 0);
+    }
+  }
+}
+
 TEST_CASE("Monitor shows an activation that overflowed float16, and the op that produced it", "[amp][monitor]") {
   hg::manual_seed(5);
   hg::nn::Sequential model(hg::nn::Linear(4, 8), Amplify(1e5), hg::nn::Linear(8, 2));

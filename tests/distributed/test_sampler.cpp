@@ -39,6 +39,27 @@ TEST_CASE("DistributedSampler shards as PyTorch's: padding, drop_last, no shuffl
   CHECK_THROWS_WITH(dist::DistributedSampler(2, 2), Catch::Contains("need 0 <= rank < world_size"));
 }
 
+TEST_CASE("DistributedSampler without padding (evaluation): every sample on exactly one rank", "[distributed][sampler]") {
+  const dist::DistributedSamplerOptions eval{.shuffle = false, .pad = false};
+  CHECK(indices(dist::DistributedSampler(3, 0, eval), 10, 0) == std::vector<int64_t>{0, 3, 6, 9});
+  CHECK(indices(dist::DistributedSampler(3, 1, eval), 10, 0) == std::vector<int64_t>{1, 4, 7});
+  CHECK(indices(dist::DistributedSampler(3, 2, eval), 10, 0) == std::vector<int64_t>{2, 5, 8});
+  CHECK(dist::DistributedSampler(4, 3, eval).size(2) == 0);  // a world larger than the data: empty shards
+  CHECK(indices(dist::DistributedSampler(4, 3, eval), 2, 0).empty());
+  for (int world : {1, 2, 3, 5}) {
+    std::map<int64_t, int> seen;
+    int64_t total = 0;
+    for (int r = 0; r < world; ++r) {
+      const dist::DistributedSampler s(world, r, {.seed = 3, .pad = false});
+      CHECK(s.size(101) == static_cast<int64_t>(indices(s, 101, 1).size()));
+      total += s.size(101);
+      for (int64_t i : indices(s, 101, 1)) ++seen[i];
+    }
+    CHECK(total == 101);
+    CHECK(seen.size() == 101);
+  }
+}
+
 TEST_CASE("DistributedSampler: each epoch's shuffle covers the data once across ranks", "[distributed][sampler]") {
   for (int world : {1, 2, 3, 4}) {
     for (int64_t epoch : {0, 1}) {

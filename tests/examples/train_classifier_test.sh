@@ -130,7 +130,30 @@ case $case_ in
     grep -q "rank 1: the loss is not finite at step 15" "$work/err2" || { cat "$work/err2"; echo "FAIL: rank 1's message"; exit 1; }
     grep -q "saved the last good state (step 10)" "$work/err2" || { cat "$work/err2"; echo "FAIL: no last-good checkpoint"; exit 1; }
     [[ -f "$work/ckpt/ckpt-10/model.safetensors" && ! -e "$work/ckpt/ckpt-20" ]] || { ls -R "$work/ckpt"; echo "FAIL: checkpoints"; exit 1; }
-    echo "mpirun: ok"
+    # under --detect-anomaly the rank whose op made the NaN names it; rank 0 names the gradient
+    set +e
+    "${mpi[@]}" "$bin" "${common[@]}" --max-steps 20 --dtype float16 --detect-anomaly --inject-nan-at 15 \
+      --inject-nan-rank 1 >"$work/out3" 2>"$work/err3"
+    set -e
+    grep -q "^rank 1: step 15 skipped (scale 65536): grad of .* is NaN.*first non-finite value: forward of mul" "$work/err3" ||
+      { cat "$work/out3" "$work/err3"; echo "FAIL: rank 1 did not name the op"; exit 1; }
+    grep -q "step 15 skipped (scale 65536): grad of .*no op produced a non-finite value here" "$work/out3" "$work/err3" ||
+      { cat "$work/out3" "$work/err3"; echo "FAIL: rank 0's skip line"; exit 1; }
+    # evaluation is sharded (each test sample on one rank) and summed: the same numbers as one process
+    "${mpi[@]}" "$bin" "${common[@]}" --checkpoint-dir "$work/ckpt" --resume --evaluate >"$work/eval2" 2>&1 ||
+      { cat "$work/eval2"; echo "FAIL: 2-rank evaluation"; exit 1; }
+    # (one process with the global batch: the same schedule length, so the checkpoint loads)
+    OMP_NUM_THREADS=1 "$bin" "${common[@]/#64/128}" --checkpoint-dir "$work/ckpt" --resume --evaluate >"$work/eval1" 2>&1 ||
+      { cat "$work/eval1"; echo "FAIL: 1-process evaluation"; exit 1; }
+    e1=$(grep "^evaluation (step 10)" "$work/eval1") || { cat "$work/eval1"; echo "FAIL: no evaluation line"; exit 1; }
+    e2=$(grep "^evaluation (step 10)" "$work/eval2") || { cat "$work/eval2"; echo "FAIL: no evaluation line"; exit 1; }
+    acc() { sed 's/.*accuracy //' <<<"$1"; }
+    loss() { sed 's/.*test loss \([0-9.]*\),.*/\1/' <<<"$1"; }
+    [[ $(acc "$e1") == "$(acc "$e2")" ]] || { echo "$e1"; echo "$e2"; echo "FAIL: accuracy differs"; exit 1; }
+    awk -v a="$(loss "$e1")" -v b="$(loss "$e2")" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * a) }' ||
+      { echo "$e1"; echo "$e2"; echo "FAIL: test loss differs"; exit 1; }
+    [[ $(grep -c "^evaluation" "$work/eval2") -eq 1 ]] || { cat "$work/eval2"; echo "FAIL: evaluation printed twice"; exit 1; }
+    echo "mpirun: ok ($e2)"
     ;;
   *) echo "unknown case $case_"; exit 2 ;;
 esac
