@@ -5,6 +5,7 @@
 //
 //   OMP_NUM_THREADS=2 build/benchmarks/distributed_step
 //   OMP_NUM_THREADS=1 mpirun --oversubscribe --allow-run-as-root -np 2 build/benchmarks/distributed_step
+//     [--bucket-cap-mb 25] [--gradient-as-bucket-view 0|1] [--global-batch 256] [--steps 30]
 //
 // Bus bandwidth is nccl-tests' measure: bytes x 2 (n - 1) / n per second,
 // what each link carries in a ring all-reduce. On CUDA tensors (--device cuda,
@@ -37,10 +38,13 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   std::string device_name = "cpu";
   int64_t global_batch = 256, steps = 30;
+  dist::DistributedDataParallelOptions ddp_options;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--device")) device_name = argv[i + 1];
     else if (!std::strcmp(argv[i], "--global-batch")) global_batch = std::atoll(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--steps")) steps = std::atoll(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--bucket-cap-mb")) ddp_options.bucket_cap_mb = std::atof(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--gradient-as-bucket-view")) ddp_options.gradient_as_bucket_view = std::atoi(argv[i + 1]);
   }
   auto& pg = dist::init();
   const int w = pg.world_size(), r = pg.rank();
@@ -73,28 +77,57 @@ int main(int argc, char** argv) {
                            hg::nn::Linear(1024, 10));
   model.to(device);
   std::optional<dist::DistributedDataParallel> ddp;
-  if (w > 1) ddp.emplace(model, pg);
+  if (w > 1) ddp.emplace(model, pg, ddp_options);
   hg::optim::SGD opt(model.parameters(), {.lr = 0.01, .momentum = 0.9});
   const int64_t b = global_batch / w;
   const hg::Tensor x = hg::randn({b, 784}).to(device), y = hg::randint(0, 10, {b}).to(device);
-  std::vector<double> times;
-  for (int64_t i = 0; i < steps + 3; ++i) {
-    sync();
-    const double t0 = now_s();
+  // The step three ways, interleaved: as DDP runs it; under no_sync (the same
+  // compute on every rank at once, no all-reduce: what running the ranks side
+  // by side costs); and the all-reduce of the gradients alone (one flat buffer).
+  auto step = [&](bool reduce) {
     opt.zero_grad();
     hg::Tensor loss;
     {
       hg::amp::autocast region(device.type());
       loss = hg::cross_entropy(model(x), y);
     }
-    loss.backward();
+    if (ddp && !reduce) {
+      auto local = ddp->no_sync();
+      loss.backward();
+    } else {
+      loss.backward();
+    }
     opt.step();
-    sync();
-    if (i >= 3) times.push_back(now_s() - t0);
+  };
+  int64_t numel = 0;
+  for (const auto& p : model.parameters()) numel += p.numel();
+  hg::Tensor flat = hg::ones({numel}, hg::TensorOptions(hg::kFloat, device));
+  std::vector<double> full, local, reduce_only;
+  for (int64_t i = 0; i < steps + 3; ++i) {
+    for (int variant = 0; variant < 3; ++variant) {
+      if (variant > 0 && !ddp) continue;
+      sync();
+      const double t0 = now_s();
+      if (variant == 2) pg.all_reduce(flat, dist::ReduceOp::Avg);
+      else step(variant == 0);
+      sync();
+      if (i >= 3) (variant == 0 ? full : variant == 1 ? local : reduce_only).push_back(now_s() - t0);
+    }
   }
-  if (r == 0)
-    fmt::print("\nMLP 784-1024-1024-10 step, autocast, global batch {} ({} per rank): {:.2f} ms (median of {})\n",
-               global_batch, b, median(times) * 1e3, steps);
+  if (r == 0) {
+    fmt::print("\nMLP 784-1024-1024-10 step, autocast, global batch {} ({} per rank), medians of {}:\n", global_batch, b,
+               steps);
+    if (ddp)
+      fmt::print("  step (DDP, {} bucket(s) of <= {} MiB{}): {:.2f} ms\n", ddp->buckets().size(), ddp_options.bucket_cap_mb,
+                 ddp_options.gradient_as_bucket_view ? ", gradient_as_bucket_view" : "", median(full) * 1e3);
+    else
+      fmt::print("  step: {:.2f} ms\n", median(full) * 1e3);
+    if (ddp) {
+      fmt::print("  the same step under no_sync (compute only, every rank at once): {:.2f} ms\n", median(local) * 1e3);
+      fmt::print("  all_reduce avg of its {} gradients ({}) alone: {:.2f} ms\n", numel,
+                 hg::train::format_bytes(static_cast<uint64_t>(numel * 4)), median(reduce_only) * 1e3);
+    }
+  }
   dist::finalize();
   return 0;
 }

@@ -1,9 +1,11 @@
 // DistributedDataParallel (distributed/ddp.h). One backward, in time:
 //   first gradient in   -> the bucket states reset, finish() queued for the end
 //   each gradient in    -> marked ready; the bucket's last one launches it:
-//                          gradients copied into its flat buffer, one all_reduce (avg)
+//                          gradients copied into its flat buffer, one all_reduce (avg),
+//                          asynchronous (CUDA: a side stream; CPU: the MPI thread)
 //   end of backward     -> every bucket launched (else an Error naming the
-//                          parameter without a gradient); averages back into .grad
+//                          parameter without a gradient); wait for the all-reduces;
+//                          averages back into .grad (or .grad becomes a view of them)
 #include <halfgrad/distributed/ddp.h>
 
 #include <fmt/format.h>
@@ -138,13 +140,14 @@ void DistributedDataParallel::launch(Bucket& b) {
   on_side_stream(side_stream_, device_, [&] {
     const Tensor& first = params_[b.params.front()].second;
     if (!b.buffer.defined()) b.buffer = empty({b.numel}, TensorOptions(first.dtype(), first.device()));
+    if (b.work) b.work->wait();  // a backward that threw before its end left this one in flight
     int64_t offset = 0;
     for (size_t k : b.params) {
       const Tensor g = params_[k].second.grad();
       b.buffer.narrow(0, offset, g.numel()).copy_(g.reshape({-1}));
       offset += g.numel();
     }
-    pg_.all_reduce(b.buffer, ReduceOp::Avg);
+    b.work = pg_.all_reduce_async(b.buffer, ReduceOp::Avg);
   });
   b.launched = true;
 }
@@ -167,11 +170,15 @@ void DistributedDataParallel::finish() {
     cuda::event_destroy(ev, device_);
   }
   for (Bucket& b : buckets_) {
+    b.work->wait();  // (an MPI error surfaces here)
+    b.work.reset();
     int64_t offset = 0;
     for (size_t k : b.params) {
-      Tensor g = params_[k].second.grad();
-      g.copy_(b.buffer.narrow(0, offset, g.numel()).view(g.shape()));
-      offset += g.numel();
+      const Tensor& p = params_[k].second;
+      Tensor avg = b.buffer.narrow(0, offset, p.numel()).view(p.shape());
+      if (options_.gradient_as_bucket_view) p.set_grad(avg);
+      else p.grad().copy_(avg);
+      offset += p.numel();
     }
   }
 }

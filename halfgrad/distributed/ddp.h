@@ -18,8 +18,9 @@
 // the layers before it. At the end of backward (autograd::queue_callback) the
 // averaged values go back into .grad. On CUDA the all-reduces run on a side
 // stream that waits for the gradients (an event) and that the current stream
-// waits for at the end: no host sync. On the CPU MPI's all-reduce is blocking
-// (it runs inside the hook, between the backward formulas).
+// waits for at the end: no host sync. On the CPU the all-reduce is handed to
+// the process group's MPI thread (all_reduce_async), which moves the data
+// while backward goes on; the end of backward waits for it.
 //
 // Every parameter that requires grad must get a gradient in every backward
 // (PyTorch's default, find_unused_parameters=False): one that did not is an
@@ -39,6 +40,11 @@ namespace halfgrad::distributed {
 struct DistributedDataParallelOptions {
   double bucket_cap_mb = 25.0;  // MiB of gradients per all-reduce
   bool broadcast_buffers = true;  // rank 0's buffers (batch norm's statistics) at construction
+  // PyTorch's option (off by default there too): after backward each .grad is
+  // a view into its bucket's buffer instead of a copy of it, which saves a pass
+  // over the gradients per step; a .grad kept across steps then changes with
+  // the next backward.
+  bool gradient_as_bucket_view = false;
 };
 
 class DistributedDataParallel {
@@ -82,6 +88,7 @@ class DistributedDataParallel {
     int pending = 0;
     bool launched = false;
     Tensor buffer;  // flat, the bucket's dtype and device
+    std::shared_ptr<Work> work;  // its all-reduce, in flight until finish()
   };
   void on_grad(size_t index);
   void launch(Bucket& b);

@@ -1,12 +1,17 @@
 // The world's process group (distributed/process_group.h): MPI for CPU
 // tensors, NCCL for CUDA tensors (distributed/nccl.h). Every MPI call returns
 // its error (MPI_ERRORS_RETURN on our communicator) and check() turns it into
-// an Error naming the call, the rank and the tensor.
+// an Error naming the call, the rank and the tensor. After set-up, the MPI
+// calls run on the group's MPI thread (distributed/mpi_thread.h): a
+// synchronous collective waits for its task, an asynchronous one returns the
+// task's future as a Work.
 #include <halfgrad/distributed/process_group.h>
 
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -15,6 +20,7 @@
 
 #include <halfgrad/autograd/grad_mode.h>
 #include <halfgrad/core/error.h>
+#include <halfgrad/distributed/mpi_thread.h>
 #include <halfgrad/distributed/nccl.h>
 #include <halfgrad/ops/ops.h>
 
@@ -22,11 +28,28 @@ namespace halfgrad::distributed {
 
 namespace {
 
+class FutureWork final : public Work {
+ public:
+  explicit FutureWork(std::shared_future<void> done) : done_(std::move(done)) {}
+  void wait() override { done_.get(); }
+  bool is_completed() override { return done_.wait_for(std::chrono::seconds(0)) == std::future_status::ready; }
+
+ private:
+  std::shared_future<void> done_;
+};
+
+class CompletedWork final : public Work {
+ public:
+  void wait() override {}
+  bool is_completed() override { return true; }
+};
+
 class WorldGroup final : public ProcessGroup {
  public:
   WorldGroup();
   ~WorldGroup() override;
   void all_reduce(Tensor& t, ReduceOp op) override;
+  std::shared_ptr<Work> all_reduce_async(Tensor& t, ReduceOp op) override;
   void broadcast(Tensor& t, int root) override;
   Tensor all_gather(const Tensor& t) override;
   void barrier() override;
@@ -34,9 +57,18 @@ class WorldGroup final : public ProcessGroup {
  private:
   void check(int rc, const char* call, const char* op, const Tensor* t) const;
   void check_tensor(const char* op, const Tensor& t) const;
+  void check_all_reduce(const Tensor& t, ReduceOp op) const;
+  void reduce_on_cpu(Tensor t, ReduceOp op);  // runs on the MPI thread
+  // Runs fn where MPI calls are made: the MPI thread (waiting for it), or
+  // here when MPI gave less than MPI_THREAD_SERIALIZED.
+  void on_mpi(const std::function<void()>& fn) {
+    if (mpi_) mpi_->run(fn);
+    else fn();
+  }
   detail::Nccl& nccl();
 
   MPI_Comm comm_ = MPI_COMM_NULL;
+  std::unique_ptr<detail::MpiThread> mpi_;
   std::unique_ptr<detail::Nccl> nccl_;
 };
 
@@ -47,14 +79,15 @@ std::unique_ptr<WorldGroup>& world() {
 bool g_finalize_at_exit = false;
 
 WorldGroup::WorldGroup() {
-  int started = 0;
+  int started = 0, provided = MPI_THREAD_SINGLE;
   MPI_Initialized(&started);
   if (!started) {
-    int provided = 0;
-    // FUNNELED: the thread that called init() makes every MPI call
-    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+    // SERIALIZED: one thread at a time, here the group's MPI thread
+    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
       fail("distributed::init: MPI_Init_thread failed; run under mpirun (OpenMPI: Debian openmpi-bin)");
     g_finalize_at_exit = true;
+  } else {
+    MPI_Query_thread(&provided);
   }
   // our own communicator, so errors come back to us instead of aborting the job
   MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
@@ -67,10 +100,14 @@ WorldGroup::WorldGroup() {
   MPI_Comm_rank(local, &local_rank_);
   MPI_Comm_free(&local);
   detail::select_cuda_device(local_rank_);
+  // Without SERIALIZED (an MPI started elsewhere with less) every call stays on
+  // this thread and all_reduce_async is synchronous.
+  if (provided >= MPI_THREAD_SERIALIZED) mpi_ = std::make_unique<detail::MpiThread>();
 }
 
 WorldGroup::~WorldGroup() {
   nccl_.reset();
+  mpi_.reset();  // runs what is queued, then joins: later MPI calls are this thread's
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
@@ -96,7 +133,13 @@ void WorldGroup::check_tensor(const char* op, const Tensor& t) const {
 }
 
 detail::Nccl& WorldGroup::nccl() {
-  if (!nccl_) nccl_ = detail::Nccl::create(comm_, rank_, world_size_);  // an Error in a build without NCCL
+  if (!nccl_) {
+    // NCCL joins on this thread's CUDA device, and its set-up broadcasts over
+    // MPI: let the MPI thread finish its queue first (we are the only thread
+    // that gives it work), so no two threads call MPI at once.
+    if (mpi_) mpi_->run([] {});
+    nccl_ = detail::Nccl::create(comm_, rank_, world_size_);  // an Error in a build without NCCL
+  }
   return *nccl_;
 }
 
@@ -111,13 +154,15 @@ MPI_Datatype mpi_type(DType d) {
   }
 }
 
-void WorldGroup::all_reduce(Tensor& t, ReduceOp op) {
+void WorldGroup::check_all_reduce(const Tensor& t, ReduceOp op) const {
   check_tensor("all_reduce", t);
   HG_CHECK(op != ReduceOp::Avg || is_floating(t.dtype()),
            "distributed::all_reduce on rank {}: avg of {} (an integer or bool tensor) would truncate; use sum",
            rank_, t.describe());
-  if (t.device().is_cuda()) return nccl().all_reduce(t, op);
-  NoGradGuard no_grad;
+}
+
+void WorldGroup::reduce_on_cpu(Tensor t, ReduceOp op) {
+  NoGradGuard no_grad;  // (this thread's grad mode is its own)
   if (t.numel() == 0) return;
   Tensor buf = mpi_type(t.dtype()) == MPI_DATATYPE_NULL ? t.to(DType::Float32) : t;
   MPI_Op mop = op == ReduceOp::Max ? MPI_MAX : MPI_SUM;
@@ -128,6 +173,25 @@ void WorldGroup::all_reduce(Tensor& t, ReduceOp op) {
   if (buf.unsafe_impl() != t.unsafe_impl()) t.copy_(buf);
 }
 
+void WorldGroup::all_reduce(Tensor& t, ReduceOp op) {
+  check_all_reduce(t, op);
+  if (t.device().is_cuda()) return nccl().all_reduce(t, op);
+  on_mpi([&] { reduce_on_cpu(t, op); });
+}
+
+std::shared_ptr<Work> WorldGroup::all_reduce_async(Tensor& t, ReduceOp op) {
+  check_all_reduce(t, op);
+  if (t.device().is_cuda()) {
+    nccl().all_reduce(t, op);  // queued on the current stream: the stream orders what reads it
+    return std::make_shared<CompletedWork>();
+  }
+  if (!mpi_) {
+    reduce_on_cpu(t, op);
+    return std::make_shared<CompletedWork>();
+  }
+  return std::make_shared<FutureWork>(mpi_->submit([this, t, op] { reduce_on_cpu(t, op); }));
+}
+
 void WorldGroup::broadcast(Tensor& t, int root) {
   check_tensor("broadcast", t);
   HG_CHECK(root >= 0 && root < world_size_, "distributed::broadcast on rank {}: root {} is not a rank of a world of {}",
@@ -136,7 +200,9 @@ void WorldGroup::broadcast(Tensor& t, int root) {
   const auto bytes = static_cast<int64_t>(t.numel()) * static_cast<int64_t>(itemsize(t.dtype()));
   HG_CHECK(bytes < (int64_t{1} << 31), "distributed::broadcast on rank {}: {} is larger than MPI's 2 GB per call",
            rank_, t.describe());
-  check(MPI_Bcast(t.data_ptr(), static_cast<int>(bytes), MPI_BYTE, root, comm_), "MPI_Bcast", "broadcast", &t);
+  on_mpi([&] {
+    check(MPI_Bcast(t.data_ptr(), static_cast<int>(bytes), MPI_BYTE, root, comm_), "MPI_Bcast", "broadcast", &t);
+  });
 }
 
 Tensor WorldGroup::all_gather(const Tensor& t) {
@@ -145,8 +211,10 @@ Tensor WorldGroup::all_gather(const Tensor& t) {
   // every rank's element count first: a shape mismatch is an Error, not a garbage result
   const int64_t mine = in.numel();
   std::vector<int64_t> counts(static_cast<size_t>(world_size_));
-  check(MPI_Allgather(&mine, 1, MPI_INT64_T, counts.data(), 1, MPI_INT64_T, comm_), "MPI_Allgather", "all_gather",
-        &t);
+  on_mpi([&] {
+    check(MPI_Allgather(&mine, 1, MPI_INT64_T, counts.data(), 1, MPI_INT64_T, comm_), "MPI_Allgather", "all_gather",
+          &t);
+  });
   for (int r = 0; r < world_size_; ++r)
     HG_CHECK(counts[static_cast<size_t>(r)] == mine,
              "distributed::all_gather on rank {}: this rank has {} ({} elements) but rank {} has {} elements; "
@@ -163,13 +231,17 @@ Tensor WorldGroup::all_gather(const Tensor& t) {
   HG_CHECK(bytes * world_size_ < (int64_t{1} << 31),
            "distributed::all_gather on rank {}: {} from {} ranks is larger than MPI's 2 GB per call", rank_,
            t.describe(), world_size_);
-  check(MPI_Allgather(in.data_ptr(), static_cast<int>(bytes), MPI_BYTE, out.data_ptr(), static_cast<int>(bytes),
-                      MPI_BYTE, comm_),
-        "MPI_Allgather", "all_gather", &t);
+  on_mpi([&] {
+    check(MPI_Allgather(in.data_ptr(), static_cast<int>(bytes), MPI_BYTE, out.data_ptr(), static_cast<int>(bytes),
+                        MPI_BYTE, comm_),
+          "MPI_Allgather", "all_gather", &t);
+  });
   return out;
 }
 
-void WorldGroup::barrier() { check(MPI_Barrier(comm_), "MPI_Barrier", "barrier", nullptr); }
+void WorldGroup::barrier() {
+  on_mpi([&] { check(MPI_Barrier(comm_), "MPI_Barrier", "barrier", nullptr); });
+}
 
 }  // namespace
 

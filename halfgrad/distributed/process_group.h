@@ -15,7 +15,9 @@
 // a mismatch is caught for shapes by a check that costs one small collective
 // only in all_gather). Every call's result is checked; errors name the call,
 // the rank and the tensor. On CUDA the NCCL calls are queued on the current
-// stream: no host sync.
+// stream: no host sync. On the CPU one thread of the group makes every MPI
+// call (MPI_THREAD_SERIALIZED, as PyTorch's MPI backend), so all_reduce_async
+// returns at once and the data moves while the caller goes on.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -26,6 +28,17 @@ namespace halfgrad::distributed {
 
 enum class ReduceOp { Sum, Avg, Max };
 
+// An asynchronous collective (torch.distributed's Work, from async_op=True).
+// Until wait() returns, the tensor must not be read or written. wait() throws
+// the collective's Error, if any. On CUDA tensors the collective is queued on
+// the current stream and the Work is complete at once (the stream orders it).
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;
+  virtual bool is_completed() = 0;
+};
+
 class ProcessGroup {
  public:
   virtual ~ProcessGroup() = default;
@@ -35,6 +48,8 @@ class ProcessGroup {
   // In place: every rank ends with the reduction of all ranks' tensors. Avg
   // divides the sum by world_size() (floating dtypes only).
   virtual void all_reduce(Tensor& t, ReduceOp op = ReduceOp::Sum) = 0;
+  // The same, returning at once; `t` is the result once wait() returns.
+  virtual std::shared_ptr<Work> all_reduce_async(Tensor& t, ReduceOp op = ReduceOp::Sum) = 0;
   // In place: every rank ends with root's tensor.
   virtual void broadcast(Tensor& t, int root = 0) = 0;
   // [world_size, *t.shape()]: rank r's tensor at index r, on every rank.

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <limits>
+#include <set>
 #include <vector>
 
 #include "test_util.h"
@@ -39,29 +40,37 @@ bool same_on_all_ranks(dist::ProcessGroup& pg, const Tensor& t) {
 TEST_CASE("DDP: replicas start from rank 0's weights, and train as one process on the whole batch", "[distributed][ddp]") {
   auto& pg = dist::init();
   const int w = pg.world_size(), r = pg.rank();
-  auto model = make_model(100 + static_cast<uint64_t>(r));  // different on every rank...
-  dist::DistributedDataParallel ddp(model, pg, {.bucket_cap_mb = 0.001});  // ...until DDP broadcasts rank 0's
-  CHECK(ddp.buckets().size() > 1);                                          // several buckets, last layer first
-  CHECK(ddp.buckets().front().front() == "4.bias");
-  for (const auto& p : model.parameters()) CHECK(same_on_all_ranks(pg, p));
-  // the reference: rank 0's initial weights trained on the concatenated batch in one process
-  auto reference = make_model(100);
-  hg::optim::SGD opt(model.parameters(), {.lr = 0.1, .momentum = 0.9});
-  hg::optim::SGD ref_opt(reference.parameters(), {.lr = 0.1, .momentum = 0.9});
-  hg::manual_seed(7);  // the same global batches on every rank
-  for (int step = 0; step < 5; ++step) {
-    const Tensor x = hg::randn({4 * w, 6}), y = hg::randint(0, 3, {4 * w});
-    opt.zero_grad();
-    hg::cross_entropy(model(x.narrow(0, 4 * r, 4)), y.narrow(0, 4 * r, 4)).backward();  // this rank's shard
-    opt.step();
-    ref_opt.zero_grad();
-    hg::cross_entropy(reference(x), y).backward();
-    ref_opt.step();
-  }
-  const auto ps = model.parameters(), rs = reference.parameters();
-  for (size_t i = 0; i < ps.size(); ++i) {
-    CHECK(hg::allclose(ps[i], rs[i], 1e-5, 1e-6));
-    CHECK(same_on_all_ranks(pg, ps[i]));  // bit for bit
+  for (const bool view : {false, true}) {
+    INFO("gradient_as_bucket_view " << view);
+    auto model = make_model(100 + static_cast<uint64_t>(r));  // different on every rank...
+    dist::DistributedDataParallel ddp(model, pg, {.bucket_cap_mb = 0.001, .gradient_as_bucket_view = view});
+    // ...until DDP broadcasts rank 0's
+    CHECK(ddp.buckets().size() > 1);  // several buckets, last layer first
+    CHECK(ddp.buckets().front().front() == "4.bias");
+    for (const auto& p : model.parameters()) CHECK(same_on_all_ranks(pg, p));
+    // the reference: rank 0's initial weights trained on the concatenated batch in one process
+    auto reference = make_model(100);
+    hg::optim::SGD opt(model.parameters(), {.lr = 0.1, .momentum = 0.9});
+    hg::optim::SGD ref_opt(reference.parameters(), {.lr = 0.1, .momentum = 0.9});
+    hg::manual_seed(7);  // the same global batches on every rank
+    for (int step = 0; step < 5; ++step) {
+      const Tensor x = hg::randn({4 * w, 6}), y = hg::randint(0, 3, {4 * w});
+      opt.zero_grad(/*set_to_none=*/step % 2 == 0);  // both ways: a fresh .grad, and one zeroed in place
+      hg::cross_entropy(model(x.narrow(0, 4 * r, 4)), y.narrow(0, 4 * r, 4)).backward();  // this rank's shard
+      opt.step();
+      ref_opt.zero_grad();
+      hg::cross_entropy(reference(x), y).backward();
+      ref_opt.step();
+    }
+    const auto ps = model.parameters(), rs = reference.parameters();
+    std::set<const void*> storages;
+    for (size_t i = 0; i < ps.size(); ++i) {
+      CHECK(hg::allclose(ps[i], rs[i], 1e-5, 1e-6));
+      CHECK(same_on_all_ranks(pg, ps[i]));  // bit for bit
+      storages.insert(ps[i].grad().storage().get());
+    }
+    // as views, the gradients of one bucket share its buffer
+    CHECK((storages.size() < ps.size()) == view);
   }
 }
 

@@ -51,6 +51,29 @@ TEST_CASE("all_reduce: sum, avg and max of each rank's values, in every dtype", 
   CHECK(empty.numel() == 0);
 }
 
+TEST_CASE("all_reduce_async: several in flight at once, each right once waited for", "[distributed]") {
+  auto& pg = dist::init();
+  const double r = pg.rank() + 1, w = pg.world_size();
+  std::vector<Tensor> ts;
+  std::vector<std::shared_ptr<dist::Work>> works;
+  for (int i = 0; i < 6; ++i) {
+    ts.push_back(hg::full({1000 * (i + 1)}, r * (i + 1)).to(i % 2 ? DType::BFloat16 : DType::Float32));
+    works.push_back(pg.all_reduce_async(ts.back(), i == 5 ? dist::ReduceOp::Max : dist::ReduceOp::Avg));
+  }
+  // a synchronous call between them queues behind them, in order
+  Tensor sync = hg::full({3}, r);
+  pg.all_reduce(sync);
+  CHECK(hgtest::values(sync) == std::vector<double>(3, w * (w + 1) / 2));
+  for (int i = 5; i >= 0; --i) {  // waited for in any order
+    works[static_cast<size_t>(i)]->wait();
+    CHECK(works[static_cast<size_t>(i)]->is_completed());
+    const double want = i == 5 ? w * (i + 1) : (w + 1) / 2 * (i + 1);
+    CHECK(hgtest::values(ts[static_cast<size_t>(i)]) == std::vector<double>(static_cast<size_t>(1000 * (i + 1)), want));
+  }
+  Tensor bad = hg::zeros({4}, hg::TensorOptions(DType::Int64));
+  CHECK_THROWS_WITH(pg.all_reduce_async(bad, dist::ReduceOp::Avg), Catch::Contains("would truncate"));
+}
+
 TEST_CASE("broadcast: every rank ends with the root's tensor", "[distributed]") {
   auto& pg = dist::init();
   const int root = pg.world_size() - 1;
