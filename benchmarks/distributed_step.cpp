@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
   };
   if (r == 0) fmt::print("{} rank(s), {} tensors\n\nall_reduce (sum, float32)\n{:>10} {:>12} {:>14}\n", w,
                          device.str(), "size", "time us", "bus GB/s");
+  double best_bus = 0, best_bytes = 0;
   for (int64_t bytes = 4096; bytes <= (int64_t{64} << 20); bytes *= 4) {
     hg::Tensor t = hg::ones({bytes / 4}, hg::TensorOptions(hg::kFloat, device));
     std::vector<double> times;
@@ -68,6 +69,7 @@ int main(int argc, char** argv) {
     }
     const double s = median(times);
     const double bus = w > 1 ? static_cast<double>(bytes) * 2.0 * (w - 1) / w / s / 1e9 : 0.0;
+    if (bus >= best_bus) best_bus = bus, best_bytes = static_cast<double>(bytes);
     if (r == 0) fmt::print("{:>10} {:>12.1f} {:>14.2f}\n", hg::train::format_bytes(static_cast<uint64_t>(bytes)), s * 1e6, bus);
   }
 
@@ -122,6 +124,13 @@ int main(int argc, char** argv) {
                  ddp_options.gradient_as_bucket_view ? ", gradient_as_bucket_view" : "", median(full) * 1e3);
     else
       fmt::print("  step: {:.2f} ms\n", median(full) * 1e3);
+    // scripts/gpu-check's closing table (a world of 1 on one GPU: the step through NCCL, no bandwidth to speak of)
+    if (device.is_cuda())
+      fmt::print("SUMMARY|distributed_step|MLP step, {} rank(s) via NCCL{}|{:.3f} ms|||n/a\n", w,
+                 w > 1 ? fmt::format(" (bus {:.1f} GB/s at {})", best_bus,
+                                     hg::train::format_bytes(static_cast<uint64_t>(best_bytes)))
+                       : std::string(),
+                 median(full) * 1e3);
     if (ddp) {
       fmt::print("  the same step under no_sync (compute only, every rank at once): {:.2f} ms\n", median(local) * 1e3);
       fmt::print("  all_reduce avg of its {} gradients ({}) alone: {:.2f} ms\n", numel,
