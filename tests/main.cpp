@@ -3,21 +3,10 @@
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
-#include <cstring>
-#include <vector>
-
-#include <halfgrad/core/device.h>
+#include "require_cuda.h"
 
 int main(int argc, char** argv) {
-  std::vector<char*> args;
-  bool require_cuda = false;
-  for (int i = 0; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--require-cuda") == 0) require_cuda = true;
-    else args.push_back(argv[i]);
-  }
-  if (require_cuda && !halfgrad::cuda::is_available()) {
-    std::printf("no usable CUDA device here: CUDA tests skipped\n");
-    return 77;
-  }
-  return Catch::Session().run(static_cast<int>(args.size()), args.data());
+  auto args = hgtest::catch_args_or_skip(argc, argv);
+  if (!args) return 77;
+  return Catch::Session().run(static_cast<int>(args->size()), args->data());
 }

@@ -32,10 +32,10 @@ constexpr int64_t kRow = Log2Histogram::kStatsSize;
 
 double dtype_max(DType dtype) {
   switch (dtype) {
-    case DType::Float16: return 65504.0;
-    case DType::BFloat16: return 3.3895313892515355e38;  // (2 - 2^-7) * 2^127
-    case DType::Float32: return static_cast<double>(FLT_MAX);
-    case DType::Float64: return DBL_MAX;
+    case DType::Float16: return static_cast<float>(std::numeric_limits<Half>::max());
+    case DType::BFloat16: return static_cast<float>(std::numeric_limits<BFloat16>::max());
+    case DType::Float32: return std::numeric_limits<float>::max();
+    case DType::Float64: return std::numeric_limits<double>::max();
     default: break;
   }
   fail("dtype_max: {} is not a floating dtype", dtype_name(dtype));

@@ -5,6 +5,7 @@
 // subnormals; overflow gives +-inf; NaN stays NaN (quiet).
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include <halfgrad/core/macros.h>
 
@@ -92,7 +93,7 @@ struct Half {
   Half() = default;
   HG_INLINE Half(float f) : bits(float_to_half_bits(f)) {}  // NOLINT: implicit like c10::Half
   HG_INLINE operator float() const { return half_bits_to_float(bits); }
-  HG_INLINE static Half from_bits(uint16_t b) {
+  HG_INLINE static constexpr Half from_bits(uint16_t b) {
     Half h;
     h.bits = b;
     return h;
@@ -104,7 +105,7 @@ struct BFloat16 {
   BFloat16() = default;
   HG_INLINE BFloat16(float f) : bits(float_to_bfloat16_bits(f)) {}  // NOLINT
   HG_INLINE operator float() const { return bfloat16_bits_to_float(bits); }
-  HG_INLINE static BFloat16 from_bits(uint16_t b) {
+  HG_INLINE static constexpr BFloat16 from_bits(uint16_t b) {
     BFloat16 h;
     h.bits = b;
     return h;
@@ -114,3 +115,50 @@ struct BFloat16 {
 static_assert(sizeof(Half) == 2 && sizeof(BFloat16) == 2);
 
 }  // namespace halfgrad
+
+// The formats' limits, as c10's numeric_limits<Half> / <BFloat16>, from the bit
+// patterns: float16 has 5 exponent bits and 10 stored fraction bits, bfloat16
+// float32's 8 exponent bits and 7 fraction bits.
+namespace std {
+template <>
+struct numeric_limits<halfgrad::Half> {
+  using T = halfgrad::Half;
+
+ public:
+  static constexpr bool is_specialized = true, is_signed = true, is_integer = false, is_exact = false;
+  static constexpr bool has_infinity = true, has_quiet_NaN = true, has_denorm_loss = false, is_iec559 = true;
+  static constexpr std::float_denorm_style has_denorm = std::denorm_present;
+  static constexpr std::float_round_style round_style = std::round_to_nearest;
+  static constexpr int digits = 11, digits10 = 3, max_digits10 = 5, radix = 2;
+  static constexpr int min_exponent = -13, min_exponent10 = -4, max_exponent = 16, max_exponent10 = 4;
+  static constexpr T min() { return T::from_bits(0x0400); }         // 2^-14, the smallest normal
+  static constexpr T lowest() { return T::from_bits(0xFBFF); }      // -65504
+  static constexpr T max() { return T::from_bits(0x7BFF); }         // 65504
+  static constexpr T epsilon() { return T::from_bits(0x1400); }     // 2^-10
+  static constexpr T round_error() { return T::from_bits(0x3800); } // 0.5
+  static constexpr T infinity() { return T::from_bits(0x7C00); }
+  static constexpr T quiet_NaN() { return T::from_bits(0x7E00); }
+  static constexpr T denorm_min() { return T::from_bits(0x0001); }  // 2^-24
+};
+
+template <>
+struct numeric_limits<halfgrad::BFloat16> {
+  using T = halfgrad::BFloat16;
+
+ public:
+  static constexpr bool is_specialized = true, is_signed = true, is_integer = false, is_exact = false;
+  static constexpr bool has_infinity = true, has_quiet_NaN = true, has_denorm_loss = false, is_iec559 = false;
+  static constexpr std::float_denorm_style has_denorm = std::denorm_present;
+  static constexpr std::float_round_style round_style = std::round_to_nearest;
+  static constexpr int digits = 8, digits10 = 2, max_digits10 = 4, radix = 2;
+  static constexpr int min_exponent = -125, min_exponent10 = -37, max_exponent = 128, max_exponent10 = 38;
+  static constexpr T min() { return T::from_bits(0x0080); }         // 2^-126, the smallest normal
+  static constexpr T lowest() { return T::from_bits(0xFF7F); }      // -(2 - 2^-7) 2^127
+  static constexpr T max() { return T::from_bits(0x7F7F); }         // (2 - 2^-7) 2^127
+  static constexpr T epsilon() { return T::from_bits(0x3C00); }     // 2^-7
+  static constexpr T round_error() { return T::from_bits(0x3F00); } // 0.5
+  static constexpr T infinity() { return T::from_bits(0x7F80); }
+  static constexpr T quiet_NaN() { return T::from_bits(0x7FC0); }
+  static constexpr T denorm_min() { return T::from_bits(0x0001); }  // 2^-133
+};
+}  // namespace std

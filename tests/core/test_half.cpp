@@ -163,6 +163,32 @@ std::vector<float> half_boundary_floats() {
 
 }  // namespace
 
+TEST_CASE("numeric_limits of float16 and bfloat16: the formats' limits", "[half]") {
+  using HL = std::numeric_limits<halfgrad::Half>;
+  using BL = std::numeric_limits<halfgrad::BFloat16>;
+  STATIC_REQUIRE(HL::is_specialized);
+  STATIC_REQUIRE(BL::is_specialized);
+  CHECK(static_cast<float>(HL::max()) == 65504.0f);
+  CHECK(static_cast<float>(HL::lowest()) == -65504.0f);
+  CHECK(static_cast<float>(HL::min()) == std::ldexp(1.0f, -14));
+  CHECK(static_cast<float>(HL::denorm_min()) == std::ldexp(1.0f, -24));
+  CHECK(static_cast<float>(HL::epsilon()) == std::ldexp(1.0f, -10));  // 1 + eps is the next float16 after 1
+  CHECK(static_cast<float>(halfgrad::Half(1.0f + static_cast<float>(HL::epsilon()))) > 1.0f);
+  CHECK(std::isinf(static_cast<float>(HL::infinity())));
+  CHECK(std::isnan(static_cast<float>(HL::quiet_NaN())));
+  CHECK(static_cast<float>(BL::max()) == std::ldexp(2.0f - std::ldexp(1.0f, -7), 127));
+  CHECK(static_cast<float>(BL::lowest()) == -static_cast<float>(BL::max()));
+  CHECK(static_cast<float>(BL::min()) == FLT_MIN);  // float32's exponent range
+  CHECK(static_cast<float>(BL::denorm_min()) == std::ldexp(1.0f, -133));
+  CHECK(static_cast<float>(BL::epsilon()) == std::ldexp(1.0f, -7));
+  CHECK(std::isinf(static_cast<float>(BL::infinity())));
+  CHECK(std::isnan(static_cast<float>(BL::quiet_NaN())));
+  // one step past max rounds to infinity in each format
+  CHECK(std::isinf(static_cast<float>(halfgrad::Half(65520.0f))));
+  CHECK(HL::digits == 11);
+  CHECK(BL::digits == 8);
+}
+
 TEST_CASE("fp16: the compiler's _Float16 is available as a second reference", "[half]") {
 #if HG_HAVE_FLOAT16
   CHECK(compiler_float_to_half(65519.f) == 0x7bffu);

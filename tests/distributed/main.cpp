@@ -9,25 +9,16 @@
 #include <halfgrad/distributed/process_group.h>
 
 #include <cstdio>
-#include <cstring>
-#include <vector>
+
+#include "require_cuda.h"
 
 int main(int argc, char** argv) {
-  // --require-cuda (the [cuda] entry): exit 77, which CTest reports as skipped, without a usable GPU
-  std::vector<char*> args;
-  bool require_cuda = false;
-  for (int i = 0; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--require-cuda") == 0) require_cuda = true;
-    else args.push_back(argv[i]);
-  }
-  if (require_cuda && !halfgrad::cuda::is_available()) {
-    std::printf("no usable CUDA device here: CUDA tests skipped\n");
-    return 77;
-  }
+  auto args = hgtest::catch_args_or_skip(argc, argv);  // --require-cuda (the [cuda] entry): 77 without a GPU
+  if (!args) return 77;
   auto& pg = halfgrad::distributed::init();
   Catch::Session session;
   if (pg.rank() != 0) session.configData().reporterName = "compact";  // one full report, from rank 0
-  int rc = session.run(static_cast<int>(args.size()), args.data());
+  int rc = session.run(static_cast<int>(args->size()), args->data());
   halfgrad::Tensor failed = halfgrad::full({1}, rc != 0 ? 1.0 : 0.0);
   pg.all_reduce(failed, halfgrad::distributed::ReduceOp::Max);
   rc = failed.item<float>() != 0.0f ? 1 : 0;
