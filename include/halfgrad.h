@@ -8,6 +8,7 @@
 #include <halfgrad/core/error.h>
 #include <halfgrad/core/format.h>
 #include <halfgrad/core/half.h>
+#include <halfgrad/core/host_cache.h>
 #include <halfgrad/core/indexing.h>
 #include <halfgrad/core/random.h>
 #include <halfgrad/core/tensor.h>

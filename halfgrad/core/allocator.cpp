@@ -6,6 +6,7 @@
 
 #include <halfgrad/core/cuda/runtime.h>
 #include <halfgrad/core/error.h>
+#include <halfgrad/core/host_cache.h>
 
 namespace halfgrad {
 
@@ -13,10 +14,7 @@ namespace {
 void* allocate_bytes(size_t nbytes, Device device) {
   if (nbytes == 0) return nullptr;
   if (device.is_cuda()) return cuda::allocate(nbytes, device.index());
-  const size_t rounded = (nbytes + 63) / 64 * 64;  // aligned_alloc wants a multiple of the alignment
-  void* p = std::aligned_alloc(64, rounded);
-  HG_CHECK(p != nullptr, "allocate: out of host memory asking for {} bytes", nbytes);
-  return p;
+  return host_memory::allocate(nbytes);  // 64-byte aligned, from the cache when it can
 }
 }  // namespace
 
@@ -35,7 +33,7 @@ Storage::~Storage() {
     if (streams_.empty()) cuda::release(data, device.index());
     else cuda::release_after(data, device.index(), streams_.data(), streams_.size());
   } else {
-    std::free(data);
+    host_memory::release(data, nbytes);
   }
 }
 

@@ -1,7 +1,9 @@
 #pragma once
-// The one allocator. CPU memory is 64-byte aligned (vector loads, oneDNN);
-// CUDA memory comes from the stream-ordered pool (cudaMallocAsync), so a
-// training step never calls cudaMalloc.
+// The one allocator. CPU memory is 64-byte aligned (vector loads, oneDNN) and
+// comes from a caching allocator (core/host_cache.h), so a training step in
+// steady state neither mallocs nor page-faults its tensors; CUDA memory comes
+// from the stream-ordered pool (cudaMallocAsync), so a training step never
+// calls cudaMalloc.
 #include <cstddef>
 #include <functional>
 #include <memory>

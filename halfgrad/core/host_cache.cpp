@@ -1,0 +1,180 @@
+// The caching host allocator (core/host_cache.h): size classes, a free list per
+// class, one mutex, counters.
+#include <halfgrad/core/host_cache.h>
+
+#include <array>
+#include <bit>
+#include <cstdlib>
+#include <mutex>
+#include <vector>
+
+#include <halfgrad/core/error.h>
+
+namespace halfgrad::host_memory {
+
+namespace {
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kCachingByDefault = false;  // ASan must see every free
+#else
+constexpr bool kCachingByDefault = true;
+#endif
+
+constexpr size_t kMinBlock = 64;  // also the alignment
+constexpr int kClassesPerOctave = 4;
+constexpr int kOctaves = 64;
+
+// Class index of n: 0 for n <= 64, else 2^k * (1 + s/4) for the smallest such
+// size >= n (s = 1..4), the class's bytes rounded up to whole 64-byte lines
+// (aligned_alloc wants a multiple of the alignment).
+size_t class_bytes(int index) {
+  if (index == 0) return kMinBlock;
+  const int k = (index - 1) / kClassesPerOctave + 6, s = (index - 1) % kClassesPerOctave + 1;
+  const size_t base = size_t{1} << k;
+  const size_t bytes = base + static_cast<size_t>(s) * (base / kClassesPerOctave);
+  return (bytes + kMinBlock - 1) / kMinBlock * kMinBlock;
+}
+
+struct SizeClass {
+  int index;
+  size_t bytes;
+};
+SizeClass size_class(size_t n) {
+  if (n <= kMinBlock) return {0, kMinBlock};
+  const int k = std::bit_width(n - 1) - 1;  // 2^k < n <= 2^(k+1), k >= 6
+  const size_t base = size_t{1} << k, step = base / kClassesPerOctave;
+  const int s = static_cast<int>((n - base + step - 1) / step);  // 1..4 steps above 2^k
+  const int index = (k - 6) * kClassesPerOctave + s;
+  return {index, class_bytes(index)};
+}
+
+struct Cache {
+  std::mutex mutex;
+  std::array<std::vector<void*>, kOctaves * kClassesPerOctave + 1> free_lists;
+  Stats stats;
+  bool on = kCachingByDefault;
+  uint64_t limit = uint64_t{1} << 30;
+
+  // Frees cached blocks until at most `keep` bytes are cached (lock held).
+  void trim(uint64_t keep) {
+    for (size_t c = free_lists.size(); c-- > 0 && stats.cached_bytes > keep;) {
+      auto& list = free_lists[c];
+      const size_t bytes = class_bytes(static_cast<int>(c));
+      while (!list.empty() && stats.cached_bytes > keep) {
+        std::free(list.back());
+        list.pop_back();
+        stats.cached_bytes -= bytes;
+        ++stats.system_frees;
+      }
+    }
+  }
+};
+
+Cache& cache() {
+  static Cache* c = [] {
+    auto* made = new Cache;  // never destroyed: storages freed during exit still find it
+    // PyTorch's PYTORCH_NO_CUDA_MEMORY_CACHING=1, for host memory
+    if (const char* e = std::getenv("HALFGRAD_NO_HOST_CACHING"); e && *e && *e != '0') made->on = false;
+    return made;
+  }();
+  return *c;
+}
+
+}  // namespace
+
+void* allocate(size_t nbytes) {
+  const SizeClass sc = size_class(nbytes);
+  Cache& c = cache();
+  {
+    std::lock_guard<std::mutex> lock(c.mutex);
+    ++c.stats.allocations;
+    c.stats.in_use_bytes += nbytes;
+    if (c.stats.in_use_bytes > c.stats.peak_in_use_bytes) c.stats.peak_in_use_bytes = c.stats.in_use_bytes;
+    auto& list = c.free_lists[static_cast<size_t>(sc.index)];
+    if (!list.empty()) {
+      void* p = list.back();
+      list.pop_back();
+      c.stats.cached_bytes -= sc.bytes;
+      ++c.stats.cache_hits;
+      return p;
+    }
+    ++c.stats.system_allocations;
+  }
+  void* p = std::aligned_alloc(kMinBlock, sc.bytes);  // outside the lock: the system may take a while
+  if (p == nullptr) {
+    {
+      std::lock_guard<std::mutex> lock(c.mutex);  // give the cache back and try once more
+      c.stats.in_use_bytes -= nbytes;
+      c.trim(0);
+    }
+    p = std::aligned_alloc(kMinBlock, sc.bytes);
+    HG_CHECK(p != nullptr, "allocate: out of host memory asking for {} bytes (the tensor cache was emptied first)",
+             nbytes);
+    std::lock_guard<std::mutex> lock(c.mutex);
+    c.stats.in_use_bytes += nbytes;
+  }
+  return p;
+}
+
+void release(void* p, size_t nbytes) {
+  if (p == nullptr) return;
+  const SizeClass sc = size_class(nbytes);
+  Cache& c = cache();
+  {
+    std::lock_guard<std::mutex> lock(c.mutex);
+    c.stats.in_use_bytes -= nbytes;
+    if (c.on && c.stats.cached_bytes + sc.bytes <= c.limit) {
+      c.free_lists[static_cast<size_t>(sc.index)].push_back(p);
+      c.stats.cached_bytes += sc.bytes;
+      return;
+    }
+    ++c.stats.system_frees;
+  }
+  std::free(p);
+}
+
+Stats stats() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  return c.stats;
+}
+
+void reset_peak() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.stats.peak_in_use_bytes = c.stats.in_use_bytes;
+}
+
+void empty_cache() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.trim(0);
+}
+
+void set_caching(bool on) {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.on = on;
+  if (!on) c.trim(0);
+}
+
+bool caching() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  return c.on;
+}
+
+void set_limit(uint64_t bytes) {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.limit = bytes;
+  c.trim(bytes);
+}
+
+uint64_t limit() {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  return c.limit;
+}
+
+}  // namespace halfgrad::host_memory

@@ -1,0 +1,110 @@
+// The caching host allocator (core/host_cache.h): a freed block serves the next
+// request of its size class; alignment; the counters; the limit; empty_cache;
+// caching off; and a training loop in steady state that asks the system for
+// nothing.
+#include <catch2/catch.hpp>
+
+#include <halfgrad.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace hg = halfgrad;
+namespace hm = halfgrad::host_memory;
+
+namespace {
+// Caching on (it is off by default under AddressSanitizer), restored after.
+struct CachingOn {
+  bool was = hm::caching();
+  CachingOn() { hm::set_caching(true); }
+  ~CachingOn() { hm::set_caching(was); }
+};
+}  // namespace
+
+TEST_CASE("host cache: a freed block serves the next request of its class, 64-byte aligned", "[core][host_cache]") {
+  CachingOn on;
+  hm::empty_cache();
+  for (size_t n : {size_t{1}, size_t{64}, size_t{65}, size_t{1000}, size_t{4096}, size_t{40000}, size_t{3} << 20}) {
+    INFO(n);
+    void* p = hm::allocate(n);
+    CHECK(reinterpret_cast<uintptr_t>(p) % 64 == 0);
+    std::memset(p, 1, n);  // all of it is ours
+    const auto before = hm::stats();
+    hm::release(p, n);
+    CHECK(hm::stats().cached_bytes > before.cached_bytes);
+    void* q = hm::allocate(n);  // the same class: the same block, from the cache
+    CHECK(q == p);
+    CHECK(hm::stats().cache_hits == before.cache_hits + 1);
+    CHECK(hm::stats().system_allocations == before.system_allocations);
+    hm::release(q, n);
+  }
+  // sizes in one class share blocks; the next class does not take them
+  void* a = hm::allocate(1000);  // class 1024
+  hm::release(a, 1000);
+  void* b = hm::allocate(1024);
+  CHECK(b == a);
+  hm::release(b, 1024);
+  void* c = hm::allocate(1025);  // class 1280
+  CHECK(c != a);
+  hm::release(c, 1025);
+  hm::empty_cache();
+  CHECK(hm::stats().cached_bytes == 0);
+}
+
+TEST_CASE("host cache: counters, peak, limit, caching off", "[core][host_cache]") {
+  CachingOn on;
+  hm::empty_cache();
+  const auto s0 = hm::stats();
+  {
+    hg::Tensor t = hg::empty({1000}, hg::TensorOptions(hg::kFloat));
+    CHECK(hm::stats().in_use_bytes == s0.in_use_bytes + 4000);
+    hm::reset_peak();
+    hg::Tensor u = hg::empty({2000}, hg::TensorOptions(hg::kFloat));
+    CHECK(hm::stats().peak_in_use_bytes >= s0.in_use_bytes + 12000);
+  }
+  CHECK(hm::stats().in_use_bytes == s0.in_use_bytes);
+  CHECK(hm::stats().cached_bytes >= 12000);
+  // a limit below what is cached frees the excess; nothing is cached past it
+  const uint64_t old_limit = hm::limit();
+  hm::set_limit(0);
+  CHECK(hm::stats().cached_bytes == 0);
+  {
+    hg::Tensor t = hg::empty({1000}, hg::TensorOptions(hg::kFloat));
+  }
+  CHECK(hm::stats().cached_bytes == 0);
+  hm::set_limit(old_limit);
+  // caching off: every free goes to the system
+  hm::set_caching(false);
+  const auto s1 = hm::stats();
+  {
+    hg::Tensor t = hg::empty({1000}, hg::TensorOptions(hg::kFloat));
+  }
+  CHECK(hm::stats().cached_bytes == 0);
+  CHECK(hm::stats().system_frees == s1.system_frees + 1);
+}
+
+TEST_CASE("host cache: a training loop in steady state asks the system for nothing", "[core][host_cache]") {
+  CachingOn on;
+  hg::manual_seed(0);
+  hg::nn::Sequential model(hg::nn::Linear(20, 64), hg::nn::ReLU(), hg::nn::Linear(64, 5));
+  hg::optim::SGD opt(model.parameters(), {.lr = 0.01, .momentum = 0.9});
+  const hg::Tensor x = hg::randn({32, 20}), y = hg::randint(0, 5, {32});
+  auto step = [&] {
+    opt.zero_grad();
+    hg::Tensor loss;
+    {
+      hg::amp::autocast region(hg::kCPU);
+      loss = hg::cross_entropy(model(x), y);
+    }
+    loss.backward();
+    opt.step();
+  };
+  for (int i = 0; i < 3; ++i) step();
+  const auto before = hm::stats();
+  for (int i = 0; i < 5; ++i) step();
+  const auto after = hm::stats();
+  CHECK(after.allocations > before.allocations);               // the steps allocate...
+  CHECK(after.system_allocations == before.system_allocations);  // ...all of it from the cache
+  CHECK(after.in_use_bytes == before.in_use_bytes);              // and hold nothing more after a step
+}
