@@ -104,13 +104,18 @@ Tensor call(OpId op, std::vector<Tensor> inputs, const Forward& forward, Backwar
   node->name = std::string(op_name(op));
   node->saved.op = node->name;
   node->backward = std::move(backward);
+  const bool save_inputs = static_cast<unsigned>(save) & static_cast<unsigned>(Save::Inputs);
+  node->next.reserve(inputs.size());  // one allocation per vector, not one per push
+  node->saved.needs_grad.reserve(inputs.size());
+  node->input_meta.reserve(inputs.size());
+  if (save_inputs) node->saved.inputs.reserve(inputs.size());
+  if (!extras.empty()) node->saved.extras.reserve(extras.size());
   for (const auto& t : inputs) {
     node->next.push_back(t.defined() && t.requires_grad() ? autograd::gradient_edge(t) : nullptr);
     node->saved.needs_grad.push_back(node->next.back() != nullptr);
     node->input_meta.push_back(t.defined() ? autograd::InputMeta{t.shape(), t.dtype(), t.device()}
                                            : autograd::InputMeta{{}, DType::Float32, Device::cpu()});
-    if (static_cast<unsigned>(save) & static_cast<unsigned>(Save::Inputs))
-      node->saved.inputs.emplace_back(t);
+    if (save_inputs) node->saved.inputs.emplace_back(t);
   }
   // The output is saved detached: holding it with its grad_fn would be a cycle.
   if (static_cast<unsigned>(save) & static_cast<unsigned>(Save::Output)) node->saved.out = autograd::SavedTensor(out);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <bit>
 #include <compare>
 #include <cstddef>
@@ -285,6 +286,12 @@ struct PrimitiveKey {
 struct CachedPrimitive {
   dnnl::matmul matmul;
   dnnl::memory::desc a, b, c, bias, scratchpad;
+  // The memory objects of one call at a time, re-pointed per call
+  // (set_data_handle): making them afresh is a dozen small allocations per
+  // GEMM, which a small model's step feels. A thread that finds them busy
+  // (another thread running this primitive) makes its own.
+  mutable std::atomic<bool> busy{false};
+  mutable dnnl::memory a_mem, b_mem, c_mem, bias_mem, pad_mem;
 };
 
 // With a batch of 1 everything is 2-D: oneDNN then needs no batch strides at all.
@@ -293,10 +300,11 @@ dnnl::memory::desc describe(const Layout& l, dnnl::memory::data_type dt, bool ba
   return dnnl::memory::desc({l.batch, l.rows, l.cols}, dt, {l.bs, l.rs, l.cs});
 }
 
-CachedPrimitive create_primitive(const PrimitiveKey& key) {
+std::shared_ptr<const CachedPrimitive> create_primitive(const PrimitiveKey& key) {
   const auto dt = onednn_type(key.dtype);
   const bool batched = key.c.batch > 1;
-  CachedPrimitive p;
+  auto made = std::make_shared<CachedPrimitive>();
+  CachedPrimitive& p = *made;
   p.a = describe(key.a, dt, batched);
   p.b = describe(key.b, dt, batched);
   p.c = describe(key.c, dt, batched);
@@ -320,7 +328,13 @@ CachedPrimitive create_primitive(const PrimitiveKey& key) {
   const dnnl::matmul::primitive_desc pd(desc, attr, engine());
   p.scratchpad = pd.scratchpad_desc();
   p.matmul = dnnl::matmul(pd);
-  return p;
+  const dnnl::engine& eng = engine();
+  p.a_mem = dnnl::memory(p.a, eng, DNNL_MEMORY_NONE);
+  p.b_mem = dnnl::memory(p.b, eng, DNNL_MEMORY_NONE);
+  p.c_mem = dnnl::memory(p.c, eng, DNNL_MEMORY_NONE);
+  if (key.has_bias) p.bias_mem = dnnl::memory(p.bias, eng, DNNL_MEMORY_NONE);
+  if (p.scratchpad.get_size() > 0) p.pad_mem = dnnl::memory(p.scratchpad, eng, DNNL_MEMORY_NONE);
+  return made;
 }
 
 // Creating a primitive costs tens of microseconds; training repeats a handful
@@ -330,34 +344,45 @@ CachedPrimitive create_primitive(const PrimitiveKey& key) {
 // first to insert wins).
 std::shared_ptr<const CachedPrimitive> get_primitive(const PrimitiveKey& key) {
   static onednn::PrimitiveCache<PrimitiveKey, CachedPrimitive> cache;
-  return cache.get(key, [](const PrimitiveKey& k) { return std::make_shared<const CachedPrimitive>(create_primitive(k)); });
+  return cache.get(key, [](const PrimitiveKey& k) { return create_primitive(k); });
 }
 
 // Runs the cached primitive on these pointers. The C API takes the arguments
 // as a plain array; the C++ one wants an unordered_map, i.e. allocations.
 void execute(const CachedPrimitive& p, const void* a, const void* b, const void* bias, void* c) {
-  const dnnl::engine& eng = engine();
-  const dnnl::memory a_mem(p.a, eng, const_cast<void*>(a));
-  const dnnl::memory b_mem(p.b, eng, const_cast<void*>(b));
-  const dnnl::memory c_mem(p.c, eng, c);
-  std::array<dnnl_exec_arg_t, 5> args{};
-  int nargs = 0;
-  args[nargs++] = {DNNL_ARG_SRC, a_mem.get()};
-  args[nargs++] = {DNNL_ARG_WEIGHTS, b_mem.get()};
-  args[nargs++] = {DNNL_ARG_DST, c_mem.get()};
-  dnnl::memory bias_mem, pad_mem;
-  if (bias) {
-    bias_mem = dnnl::memory(p.bias, eng, const_cast<void*>(bias));
-    args[nargs++] = {DNNL_ARG_BIAS, bias_mem.get()};
+  const size_t pad_bytes = p.scratchpad.get_size();
+  void* pad = pad_bytes > 0 ? scratch().onednn.get(static_cast<int64_t>(pad_bytes)) : nullptr;
+  auto run = [&](const dnnl::memory& am, const dnnl::memory& bm, const dnnl::memory& cm, const dnnl::memory& biasm,
+                 const dnnl::memory& padm) {
+    std::array<dnnl_exec_arg_t, 5> args{};
+    int nargs = 0;
+    args[nargs++] = {DNNL_ARG_SRC, am.get()};
+    args[nargs++] = {DNNL_ARG_WEIGHTS, bm.get()};
+    args[nargs++] = {DNNL_ARG_DST, cm.get()};
+    if (bias) args[nargs++] = {DNNL_ARG_BIAS, biasm.get()};
+    if (pad) args[nargs++] = {DNNL_ARG_SCRATCHPAD, padm.get()};
+    dnnl::stream& s = stream();
+    dnnl::error::wrap_c_api(dnnl_primitive_execute(p.matmul.get(), s.get(), nargs, args.data()),
+                            "could not execute a matmul primitive");
+    s.wait();
+  };
+  if (!p.busy.exchange(true, std::memory_order_acquire)) {
+    struct Release {
+      const CachedPrimitive& p;
+      ~Release() { p.busy.store(false, std::memory_order_release); }
+    } release{p};
+    p.a_mem.set_data_handle(const_cast<void*>(a));
+    p.b_mem.set_data_handle(const_cast<void*>(b));
+    p.c_mem.set_data_handle(c);
+    if (bias) p.bias_mem.set_data_handle(const_cast<void*>(bias));
+    if (pad) p.pad_mem.set_data_handle(pad);
+    run(p.a_mem, p.b_mem, p.c_mem, p.bias_mem, p.pad_mem);
+    return;
   }
-  if (const size_t bytes = p.scratchpad.get_size(); bytes > 0) {
-    pad_mem = dnnl::memory(p.scratchpad, eng, scratch().onednn.get(static_cast<int64_t>(bytes)));
-    args[nargs++] = {DNNL_ARG_SCRATCHPAD, pad_mem.get()};
-  }
-  dnnl::stream& s = stream();
-  dnnl::error::wrap_c_api(dnnl_primitive_execute(p.matmul.get(), s.get(), nargs, args.data()),
-                          "could not execute a matmul primitive");
-  s.wait();
+  const dnnl::engine& eng = engine();  // busy: this call's own objects
+  run(dnnl::memory(p.a, eng, const_cast<void*>(a)), dnnl::memory(p.b, eng, const_cast<void*>(b)),
+      dnnl::memory(p.c, eng, c), bias ? dnnl::memory(p.bias, eng, const_cast<void*>(bias)) : dnnl::memory(),
+      pad ? dnnl::memory(p.scratchpad, eng, pad) : dnnl::memory());
 }
 
 // C = A @ B (+ bias) (+ beta * C) for plain layouts, through a cached primitive.
