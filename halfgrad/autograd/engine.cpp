@@ -236,13 +236,17 @@ void run_graph(const Tensor& root, const Tensor& grad, bool retain_graph) {
       Tensor gi = std::move(grads[i]);
       const InputMeta& meta = node->input_meta[i];
       // Gradients arrive in the dtype of the input they belong to (a float16
-      // input of a promoted float32 op gets a float16 grad), as in PyTorch.
-      if (gi.dtype() != meta.dtype) gi = gi.to(meta.dtype);
+      // input of a promoted float32 op gets a float16 grad), as in PyTorch,
+      // or in float32 where the input is a cast of a float32 tensor and the
+      // formula summed in float32 (Saved::grad_dtypes): not rounded twice.
+      if (gi.dtype() != meta.dtype && gi.dtype() != meta.grad_dtype) gi = gi.to(meta.dtype);
       HG_CHECK(gi.shape() == meta.shape, "{} backward: gradient {} for input {} has the wrong shape, expected {}",
                node->name, gi.describe(), i, shape_str(meta.shape));
       auto it = pending.find(next.get());
       if (it == pending.end() || !it->second.defined()) {
         pending[next.get()] = std::move(gi);
+      } else if (it->second.dtype() != gi.dtype()) {  // one narrow, one float32: sum in float32
+        it->second = add(it->second.to(meta.grad_dtype), gi.to(meta.grad_dtype));
       } else {
         it->second = add(it->second, gi);
       }

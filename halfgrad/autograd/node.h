@@ -40,6 +40,12 @@ struct Saved {
   std::vector<SavedTensor> inputs;  // empty unless the op asked for them
   SavedTensor out;
   std::vector<bool> needs_grad;     // per input: does anyone want its gradient? (PyTorch's needs_input_grad)
+  // Per input: the dtype its gradient may be returned in. The input's own,
+  // or float32 where the input is a cast of a float32 tensor (autocast's
+  // weight casts): that cast's backward takes a float32 gradient as it is, so
+  // a formula that can (a GEMM summing in float32) skips the rounding to the
+  // narrow dtype and the cast back.
+  std::vector<DType> grad_dtypes;
   std::vector<SavedTensor> extras;  // what the forward kept for backward (dispatch::save_for_backward)
   const Tensor& input(size_t i) const;
   const Tensor& extra(size_t i) const;
@@ -51,6 +57,7 @@ struct InputMeta {
   Shape shape;
   DType dtype;
   Device device;
+  DType grad_dtype;  // dtype, or the wider one its cast node takes (Saved::grad_dtypes)
 };
 
 struct Node {

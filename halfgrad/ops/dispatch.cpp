@@ -26,6 +26,16 @@ void check_same_device(std::string_view op, const std::vector<Tensor>& inputs) {
 }
 
 namespace {
+// Saved::grad_dtypes: float32 for a narrow input made by casting a float32 tensor.
+DType grad_dtype_of(const Tensor& t) {
+  if (!t.defined()) return DType::Float32;
+  const auto& fn = t.grad_fn();
+  if (is_low_precision(t.dtype()) && fn && fn->name == op_name(OpId::to) && fn->input_meta.size() == 1 &&
+      fn->input_meta[0].dtype == DType::Float32)
+    return DType::Float32;
+  return t.dtype();
+}
+
 bool any_requires_grad(const std::vector<Tensor>& inputs) {
   for (const auto& t : inputs)
     if (t.defined() && t.requires_grad()) return true;
@@ -107,14 +117,17 @@ Tensor call(OpId op, std::vector<Tensor> inputs, const Forward& forward, Backwar
   const bool save_inputs = static_cast<unsigned>(save) & static_cast<unsigned>(Save::Inputs);
   node->next.reserve(inputs.size());  // one allocation per vector, not one per push
   node->saved.needs_grad.reserve(inputs.size());
+  node->saved.grad_dtypes.reserve(inputs.size());
   node->input_meta.reserve(inputs.size());
   if (save_inputs) node->saved.inputs.reserve(inputs.size());
   if (!extras.empty()) node->saved.extras.reserve(extras.size());
   for (const auto& t : inputs) {
     node->next.push_back(t.defined() && t.requires_grad() ? autograd::gradient_edge(t) : nullptr);
     node->saved.needs_grad.push_back(node->next.back() != nullptr);
-    node->input_meta.push_back(t.defined() ? autograd::InputMeta{t.shape(), t.dtype(), t.device()}
-                                           : autograd::InputMeta{{}, DType::Float32, Device::cpu()});
+    node->saved.grad_dtypes.push_back(grad_dtype_of(t));
+    node->input_meta.push_back(t.defined()
+                                   ? autograd::InputMeta{t.shape(), t.dtype(), t.device(), node->saved.grad_dtypes.back()}
+                                   : autograd::InputMeta{{}, DType::Float32, Device::cpu(), DType::Float32});
     if (save_inputs) node->saved.inputs.emplace_back(t);
   }
   // The output is saved detached: holding it with its grad_fn would be a cycle.

@@ -112,7 +112,11 @@ Tensor linear_chain(const Tensor& x, const std::vector<Tensor>& weights, const s
         h.push_back(acts.back() == Activation::ReLU ? s.output().reshape(g2.shape()) : Tensor());
         for (int64_t i = 0; i < layers; ++i) {
           w.push_back(i >= lowest ? ops::gemm_operand(s.input(1 + 2 * i)) : Tensor());
-          dw.push_back(s.needs_grad[1 + 2 * i] ? make_tensor(w[i].shape(), g.options()) : Tensor());
+          // AMP on the CPU: a weight cast from float32 gets its gradient in float32 straight from the
+          // GEMM's float32 sums (oneDNN writes them from bfloat16 operands): no rounding to bfloat16
+          // and no cast pass back to the master weight (Saved::grad_dtypes)
+          const DType dw_dtype = g.device().is_cpu() ? s.grad_dtypes[1 + 2 * i] : g.dtype();
+          dw.push_back(s.needs_grad[1 + 2 * i] ? make_tensor(w[i].shape(), g.options().dtype(dw_dtype)) : Tensor());
           db.push_back(s.needs_grad[2 + 2 * i] ? make_tensor({w[i].shape()[0]}, g.options()) : Tensor());
         }
         const Tensor dx = s.needs_grad[0] ? make_tensor({g2.shape()[0], w[0].shape()[1]}, g.options()) : Tensor();

@@ -280,6 +280,7 @@ struct PrimitiveKey {
   bool has_bias;
   uint32_t beta_bits;
   bool relu;
+  bool c_f32 = false;  // C in float32 while A and B are dtype
   auto operator<=>(const PrimitiveKey&) const = default;
 };
 
@@ -307,7 +308,7 @@ std::shared_ptr<const CachedPrimitive> create_primitive(const PrimitiveKey& key)
   CachedPrimitive& p = *made;
   p.a = describe(key.a, dt, batched);
   p.b = describe(key.b, dt, batched);
-  p.c = describe(key.c, dt, batched);
+  p.c = describe(key.c, key.c_f32 ? dnnl::memory::data_type::f32 : dt, batched);
   if (key.has_bias) {
     using tag = dnnl::memory::format_tag;
     p.bias = batched ? dnnl::memory::desc({1, 1, key.c.cols}, dt, tag::abc)
@@ -387,8 +388,8 @@ void execute(const CachedPrimitive& p, const void* a, const void* b, const void*
 
 // C = A @ B (+ bias) (+ beta * C) for plain layouts, through a cached primitive.
 void matmul(DType dtype, const Layout& a, const void* a_ptr, const Layout& b, const void* b_ptr,
-            const Layout& c, void* c_ptr, const void* bias, float beta, bool relu) {
-  const PrimitiveKey key{dtype, a, b, c, bias != nullptr, std::bit_cast<uint32_t>(beta), relu};
+            const Layout& c, void* c_ptr, const void* bias, float beta, bool relu, bool c_f32 = false) {
+  const PrimitiveKey key{dtype, a, b, c, bias != nullptr, std::bit_cast<uint32_t>(beta), relu, c_f32};
   try {
     execute(*get_primitive(key), a_ptr, b_ptr, bias, c_ptr);
   } catch (const dnnl::error& e) {
@@ -407,8 +408,8 @@ void matmul(DType dtype, const Layout& a, const void* a_ptr, const Layout& b, co
 // and float16 widen to float32 first).
 
 void matmul(DType dtype, const Layout& a, const void* a_ptr, const Layout& b, const void* b_ptr,
-            const Layout& c, void* c_ptr, const void* bias, float beta, bool relu) {
-  HG_CHECK(dtype == DType::Float32, "gemm: the portable path takes float32, got {}", dtype_name(dtype));
+            const Layout& c, void* c_ptr, const void* bias, float beta, bool relu, bool c_f32 = false) {
+  HG_CHECK(dtype == DType::Float32 && !c_f32, "gemm: the portable path takes float32, got {}", dtype_name(dtype));
   const float* A = static_cast<const float*>(a_ptr);
   const float* B = static_cast<const float*>(b_ptr);
   const float* bias_f = static_cast<const float*>(bias);
@@ -486,7 +487,7 @@ void gemm_onednn(const GemmArgs& g, Layout a, Layout b, const Layout& c) {
   ThreadScratch& s = scratch();
   const void* a_ptr = plain_operand<T>(g.a, a, s.a);
   const void* b_ptr = plain_operand<T>(g.b, b, s.b);
-  matmul(g.dtype, a, a_ptr, b, b_ptr, c, g.c, g.bias, g.beta, /*relu=*/false);
+  matmul(g.dtype, a, a_ptr, b, b_ptr, c, g.c, g.bias, g.beta, /*relu=*/false, g.c_float32);
   if (g.relu) relu_in_place<T>(g);  // not oneDNN's post-op: it maps NaN to 0
 }
 
@@ -514,19 +515,23 @@ void gemm_widened(const GemmArgs& g, const Layout& a, const Layout& b, const Lay
   float* c_buf = s.c.get<float>(c32.numel());
   matmul(DType::Float32, a32, a_buf, b32, b_buf, c32, c_buf, bias_buf, 0.f, false);  // relu after beta, below
 
-  T* out = static_cast<T*>(g.c);
   const int64_t rows = g.batch * g.m;
+  auto write = [&](auto* out) {  // T, or float for c_float32
+    using O = std::remove_pointer_t<decltype(out)>;
 #pragma omp parallel for schedule(static) if (rows * g.n >= kParallelWork)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* src = c_buf + r * g.n;
-    T* dst = out + (r / g.m) * g.c_bs + (r % g.m) * g.c_rs;
-    for (int64_t j = 0; j < g.n; ++j) {
-      float v = src[j];
-      if (g.beta != 0.f) v += g.beta * static_cast<float>(dst[j]);
-      if (g.relu && v < 0.f) v = 0.f;
-      dst[j] = static_cast<T>(v);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* src = c_buf + r * g.n;
+      O* dst = out + (r / g.m) * g.c_bs + (r % g.m) * g.c_rs;
+      for (int64_t j = 0; j < g.n; ++j) {
+        float v = src[j];
+        if (g.beta != 0.f) v += g.beta * static_cast<float>(dst[j]);
+        if (g.relu && v < 0.f) v = 0.f;
+        dst[j] = static_cast<O>(v);
+      }
     }
-  }
+  };
+  if (g.c_float32) write(static_cast<float*>(g.c));
+  else write(static_cast<T*>(g.c));
 }
 
 // oneDNN 2.6 implements bf16 matmul only on CPUs with AVX-512 (it reports
@@ -558,6 +563,9 @@ void check_args(const GemmArgs& g) {
            dtype_name(g.dtype));
   HG_CHECK(g.batch >= 0 && g.m >= 0 && g.n >= 0 && g.k >= 0,
            "gemm: sizes must be non-negative, got batch={} m={} n={} k={}", g.batch, g.m, g.n, g.k);
+  HG_CHECK(!g.c_float32 || ((g.dtype == DType::BFloat16 || g.dtype == DType::Float16) && g.bias == nullptr && !g.relu),
+           "gemm: a float32 C takes bfloat16 or float16 A and B, without bias or relu (got {}{}{})",
+           dtype_name(g.dtype), g.bias ? ", a bias" : "", g.relu ? ", relu" : "");
   if (g.batch == 0 || g.m == 0 || g.n == 0) return;  // nothing is read or written
   HG_CHECK(g.c != nullptr, "gemm: C is null for a [{}, {}, {}] result", g.batch, g.m, g.n);
   HG_CHECK(g.k == 0 || (g.a != nullptr && g.b != nullptr),
@@ -578,6 +586,13 @@ void gemm(const GemmArgs& args) {
   if (g.beta == 0.f) g.beta = 0.f;  // -0.0 means "overwrite" too, and shares its cache entry
 
   if (g.k == 0) {  // oneDNN 2.6 divides by zero (SIGFPE) on an empty K: never hand it one
+    if (g.c_float32) {
+      GemmArgs f = g;  // A and B are not read: C = beta * C_old, in float32
+      f.dtype = DType::Float32;
+      f.c_float32 = false;
+      gemm_without_products<float>(f);
+      return;
+    }
     HG_DISPATCH_FLOATING(g.dtype, "gemm", [&] { gemm_without_products<scalar_t>(g); });
     return;
   }
@@ -591,7 +606,7 @@ void gemm(const GemmArgs& args) {
     GemmArgs one = g;
     one.batch = 1;
     for (int64_t b = 0; b < g.batch; ++b) {
-      one.c = static_cast<std::byte*>(g.c) + b * g.c_bs * static_cast<int64_t>(itemsize(g.dtype));
+      one.c = static_cast<std::byte*>(g.c) + b * g.c_bs * static_cast<int64_t>(itemsize(g.c_float32 ? DType::Float32 : g.dtype));
       gemm(one);
     }
     return;

@@ -35,6 +35,10 @@ struct GemmArgs {
   const void* bias = nullptr;  // optional: n contiguous elements of `dtype`
   float beta = 0.f;            // 0: C is overwritten and never read; 1: accumulate into C
   bool relu = false;           // C = max(0, A @ B + bias + beta * C_old): Linear+ReLU in one pass
+  // A and B in `dtype` (bfloat16 or float16), C in float32: the float32 sums
+  // are written as they are, not rounded to `dtype` (AMP's weight gradients,
+  // whose cast back to the float32 master weights this saves). No bias, no relu.
+  bool c_float32 = false;
 };
 
 // Runs one (batched) GEMM as described above. m, n or k may be 0: with k == 0

@@ -10,7 +10,8 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bia
   const bool batched = out.dim() == 3;
   auto st = [&](const Tensor& t, int i) { return t.strides()[t.dim() - 3 + i]; };  // i: 0 batch, 1 rows, 2 cols
   GemmArgs g;
-  g.dtype = out.dtype();
+  g.dtype = a.dtype();
+  g.c_float32 = out.dtype() == DType::Float32 && a.dtype() != DType::Float32;  // AMP weight gradients
   g.batch = batched ? out.shape()[0] : 1;
   g.m = out.shape()[out.dim() - 2];
   g.n = out.shape()[out.dim() - 1];

@@ -1,0 +1,91 @@
+// AMP on the CPU: a weight cast from float32 by autocast gets its gradient
+// straight from the GEMM's float32 sums (Saved::grad_dtypes): checked against
+// a float64 product of the same bfloat16 operands, for linear and for a fused
+// Sequential, and for a cast used by two ops whose gradients come back in
+// float32 and in bfloat16 (summed in float32).
+#include <catch2/catch.hpp>
+
+#include <halfgrad.h>
+
+#include <cmath>
+
+#include "test_util.h"
+
+namespace hg = halfgrad;
+using hg::Tensor;
+
+namespace {
+// ||a - b|| / ||b|| in float64
+double rel_err(const Tensor& a, const Tensor& b) {
+  const Tensor d = a.to(hg::kDouble) - b.to(hg::kDouble);
+  return std::sqrt((d * d).sum().item()) / std::sqrt((b.to(hg::kDouble) * b.to(hg::kDouble)).sum().item());
+}
+Tensor bf16_exact(const Tensor& t) { return t.to(hg::kBFloat16).to(hg::kDouble); }  // the operand as the GEMM sees it
+}  // namespace
+
+TEST_CASE("CPU autocast: linear's weight gradient is the GEMM's float32 sum, not rounded to bfloat16", "[amp][autocast]") {
+  hg::manual_seed(21);
+  const Tensor x = hg::randn({64, 48});
+  const Tensor r = hg::randn({64, 16});  // dL/dy
+  Tensor w = hg::randn({16, 48}).requires_grad_();
+  Tensor b = hg::randn({16}).requires_grad_();
+  Tensor y;
+  {
+    hg::amp::autocast region(hg::kCPU);
+    y = hg::linear(x, w, b);
+  }
+  REQUIRE(y.dtype() == hg::kBFloat16);
+  (y.to(hg::kFloat) * r).sum().backward();
+  REQUIRE(w.grad().dtype() == hg::kFloat);
+  // dW = r^T x over the bfloat16 operands, in float64: float32 sums are within ~1e-7 of it,
+  // a bfloat16 rounding of them would be ~2e-3 away
+  const Tensor ref = hg::matmul(bf16_exact(r).t(), bf16_exact(x));
+  CHECK(rel_err(w.grad(), ref) < 1e-5);
+  CHECK(rel_err(w.grad().to(hg::kBFloat16), ref) > 1e-4);  // (what the rounding would have cost)
+  CHECK(std::isfinite(b.grad().abs().sum().item()));
+}
+
+TEST_CASE("CPU autocast: a fused Sequential's weight gradients are float32 sums too", "[amp][autocast]") {
+  hg::manual_seed(22);
+  hg::nn::Sequential model(hg::nn::Linear(48, 32), hg::nn::Linear(32, 8));  // no activation: dW1 = (r W2)^T x
+  const Tensor x = hg::randn({64, 48});
+  const Tensor r = hg::randn({64, 8});
+  Tensor y;
+  {
+    hg::amp::autocast region(hg::kCPU);
+    y = model(x);
+  }
+  (y.to(hg::kFloat) * r).sum().backward();
+  const auto ps = model.named_parameters();
+  const Tensor& w1 = ps[0].second;
+  const Tensor& w2 = ps[2].second;
+  // the last layer's: r^T h1, h1 = x W1^T + b1 as the forward computed it (bfloat16)
+  Tensor h1;
+  {
+    hg::NoGradGuard no_grad;
+    hg::amp::autocast region(hg::kCPU);
+    h1 = hg::linear(x, w1, ps[1].second);
+  }
+  CHECK(rel_err(w2.grad(), hg::matmul(bf16_exact(r).t(), h1.to(hg::kDouble))) < 1e-5);
+  // the first layer's: its incoming gradient r W2 was rounded to bfloat16 by the backward GEMM (as PyTorch's)
+  const Tensor g1 = hg::matmul(bf16_exact(r), bf16_exact(w2)).to(hg::kBFloat16).to(hg::kDouble);
+  CHECK(rel_err(w1.grad(), hg::matmul(g1.t(), bf16_exact(x))) < 1e-5);
+}
+
+TEST_CASE("CPU autocast: one cast weight, a float32 and a bfloat16 gradient, summed in float32", "[amp][autocast]") {
+  hg::manual_seed(23);
+  const Tensor x = hg::randn({32, 24});
+  const Tensor r1 = hg::randn({32, 24}), r2 = hg::randn({32, 24});
+  Tensor w = hg::randn({24, 24}).requires_grad_();
+  Tensor y1, y2;
+  {
+    hg::amp::autocast region(hg::kCPU);  // both ops take the cached cast of w: one cast node
+    y1 = hg::linear(x, w);               // its dW comes back in float32
+    y2 = hg::matmul(x, w);               // its dW in bfloat16
+  }
+  ((y1.to(hg::kFloat) * r1).sum() + (y2.to(hg::kFloat) * r2).sum()).backward();
+  REQUIRE(w.grad().dtype() == hg::kFloat);
+  const Tensor ref = hg::matmul(bf16_exact(r1).t(), bf16_exact(x)) + hg::matmul(bf16_exact(x).t(), bf16_exact(r2));
+  CHECK(rel_err(w.grad(), ref) < 1e-2);  // the matmul half was rounded to bfloat16
+  CHECK(rel_err(w.grad(), ref) > 0);
+}
