@@ -3,19 +3,23 @@
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
+#include <cstdio>
+#include <exception>
 #include <memory>
 
-namespace bench {
+namespace {
 
-std::function<void()> make_libtorch_step(int batch, int in, int hidden, int classes, float lr, int threads, bool amp) {
+std::function<void()> make_step(const int* sizes, int n_sizes, int batch, float lr, int threads, bool amp) {
   torch::set_num_threads(threads);
   torch::manual_seed(0);
-  auto model = std::make_shared<torch::nn::Sequential>(
-      torch::nn::Linear(in, hidden), torch::nn::ReLU(), torch::nn::Linear(hidden, hidden), torch::nn::ReLU(),
-      torch::nn::Linear(hidden, classes));
+  auto model = std::make_shared<torch::nn::Sequential>();
+  for (int i = 0; i + 1 < n_sizes; ++i) {
+    if (i > 0) (*model)->push_back(torch::nn::ReLU());
+    (*model)->push_back(torch::nn::Linear(sizes[i], sizes[i + 1]));
+  }
   auto optimizer = std::make_shared<torch::optim::SGD>((*model)->parameters(), torch::optim::SGDOptions(lr));
-  auto x = torch::randn({batch, in});
-  auto y = torch::randint(0, classes, {batch}, torch::kLong);
+  auto x = torch::randn({batch, sizes[0]});
+  auto y = torch::randint(0, sizes[n_sizes - 1], {batch}, torch::kLong);
   return [=] {
     // LibTorch 1.13's zero_grad() has no set_to_none: drop the grads by hand, as ours does
     for (auto& p : (*model)->parameters()) p.mutable_grad().reset();
@@ -35,4 +39,15 @@ std::function<void()> make_libtorch_step(int batch, int in, int hidden, int clas
   };
 }
 
-}  // namespace bench
+}  // namespace
+
+extern "C" bool bench_make_libtorch_step(const int* sizes, int n_sizes, int batch, float lr, int threads, bool amp,
+                                         std::function<void()>* step, char* error, int error_size) {
+  try {
+    *step = make_step(sizes, n_sizes, batch, lr, threads, amp);
+    return true;
+  } catch (const std::exception& e) {
+    if (error) std::snprintf(error, static_cast<size_t>(error_size), "%s", e.what());
+    return false;
+  }
+}

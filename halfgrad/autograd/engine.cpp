@@ -77,20 +77,20 @@ void FunctionNode::release() {
 Grads AccumulateGrad::apply(const Tensor& grad_output) {
   auto impl = leaf.lock();
   if (!impl) return {};
-  accumulate(*impl, grad_output);
   decltype(hooks) run;  // a copy, taken under the lock: a hook may remove itself
   {
-    std::lock_guard<std::mutex> lock(mutex);
-    run = hooks;
+    std::lock_guard<std::mutex> lock(mutex);  // one lock for the gradient and the hooks
+    accumulate(*impl, grad_output);
+    if (!hooks.empty()) run = hooks;
   }
   const Tensor leaf_tensor(impl);
   for (const auto& [id, fn] : run) fn(leaf_tensor);
   return {};
 }
 
+// Called with `mutex` held.
 void AccumulateGrad::accumulate(TensorImpl& leaf_impl, const Tensor& grad_output) {
   auto* impl = &leaf_impl;
-  std::lock_guard<std::mutex> lock(mutex);
   const Tensor& g = grad_output;
   // The leaf owns its .grad: never alias a tensor someone else may still
   // hold (one grad can reach two leaves, e.g. from add), since the optimizer
