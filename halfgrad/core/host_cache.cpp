@@ -15,6 +15,13 @@ namespace halfgrad::host_memory {
 namespace {
 
 #if defined(__SANITIZE_ADDRESS__)
+#define HG_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)  // clang's spelling
+#define HG_ASAN 1
+#endif
+#endif
+#if defined(HG_ASAN)
 constexpr bool kCachingByDefault = false;  // ASan must see every free
 #else
 constexpr bool kCachingByDefault = true;
@@ -112,6 +119,8 @@ void* allocate(size_t nbytes) {
              nbytes);
     std::lock_guard<std::mutex> lock(c.mutex);
     c.stats.in_use_bytes += nbytes;
+    ++c.stats.system_allocations;  // the second attempt
+    if (c.stats.in_use_bytes > c.stats.peak_in_use_bytes) c.stats.peak_in_use_bytes = c.stats.in_use_bytes;
   }
   return p;
 }

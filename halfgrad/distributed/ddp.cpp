@@ -8,6 +8,8 @@
 //                          averages back into .grad (or .grad becomes a view of them)
 #include <halfgrad/distributed/ddp.h>
 
+#include <utility>
+
 #include <fmt/format.h>
 
 #include <halfgrad/amp/anomaly_hooks.h>
@@ -140,7 +142,7 @@ void DistributedDataParallel::launch(Bucket& b) {
   on_side_stream(side_stream_, device_, [&] {
     const Tensor& first = params_[b.params.front()].second;
     if (!b.buffer.defined()) b.buffer = empty({b.numel}, TensorOptions(first.dtype(), first.device()));
-    if (b.work) b.work->wait();  // a backward that threw before its end left this one in flight
+    if (b.work) std::exchange(b.work, nullptr)->wait();  // a backward that threw before its end left it in flight
     int64_t offset = 0;
     for (size_t k : b.params) {
       const Tensor g = params_[k].second.grad();
@@ -170,8 +172,7 @@ void DistributedDataParallel::finish() {
     cuda::event_destroy(ev, device_);
   }
   for (Bucket& b : buckets_) {
-    b.work->wait();  // (an MPI error surfaces here)
-    b.work.reset();
+    if (b.work) std::exchange(b.work, nullptr)->wait();  // (an MPI error surfaces here, once)
     int64_t offset = 0;
     for (size_t k : b.params) {
       const Tensor& p = params_[k].second;

@@ -80,12 +80,14 @@ bool g_finalize_at_exit = false;
 
 WorldGroup::WorldGroup() {
   int started = 0, provided = MPI_THREAD_SINGLE;
+  bool ours = false;  // we started MPI (and so no other thread of the program calls it)
   MPI_Initialized(&started);
   if (!started) {
     // SERIALIZED: one thread at a time, here the group's MPI thread
     if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
       fail("distributed::init: MPI_Init_thread failed; run under mpirun (OpenMPI: Debian openmpi-bin)");
     g_finalize_at_exit = true;
+    ours = true;
   } else {
     MPI_Query_thread(&provided);
   }
@@ -100,9 +102,12 @@ WorldGroup::WorldGroup() {
   MPI_Comm_rank(local, &local_rank_);
   MPI_Comm_free(&local);
   detail::select_cuda_device(local_rank_);
-  // Without SERIALIZED (an MPI started elsewhere with less) every call stays on
-  // this thread and all_reduce_async is synchronous.
-  if (provided >= MPI_THREAD_SERIALIZED) mpi_ = std::make_unique<detail::MpiThread>();
+  // Our MPI thread needs SERIALIZED when we started MPI; an MPI the program
+  // started itself may be called from its own threads too, so then only
+  // MULTIPLE allows ours. Otherwise every call stays on this thread and
+  // all_reduce_async is synchronous.
+  if (ours ? provided >= MPI_THREAD_SERIALIZED : provided == MPI_THREAD_MULTIPLE)
+    mpi_ = std::make_unique<detail::MpiThread>();
 }
 
 WorldGroup::~WorldGroup() {
@@ -169,7 +174,17 @@ void WorldGroup::reduce_on_cpu(Tensor t, ReduceOp op) {
   if (t.dtype() == DType::Bool) mop = MPI_LOR;  // a bool sum or max is "any rank's true"
   check(MPI_Allreduce(MPI_IN_PLACE, buf.data_ptr(), static_cast<int>(buf.numel()), mpi_type(buf.dtype()), mop, comm_),
         "MPI_Allreduce", "all_reduce", &t);
-  if (op == ReduceOp::Avg) buf.div_(static_cast<double>(world_size_));
+  if (op == ReduceOp::Avg) {
+    // a plain loop, not div_: this runs beside backward's OpenMP team, and a
+    // second team on the same cores would make them wait for each other
+    if (buf.dtype() == DType::Float32) {
+      float* p = buf.data<float>();
+      const float w = static_cast<float>(world_size_);
+      for (int64_t i = 0, n = buf.numel(); i < n; ++i) p[i] /= w;
+    } else {
+      buf.div_(static_cast<double>(world_size_));
+    }
+  }
   if (buf.unsafe_impl() != t.unsafe_impl()) t.copy_(buf);
 }
 

@@ -49,10 +49,12 @@ Tensor& uniform_(Tensor& t, double low, double high) {
   HG_CHECK(low <= high, "init::uniform_: low ({}) must not exceed high ({})", low, high);
   NoGradGuard no_grad;
   // In place on the CPU: the values the float64 detour below gives (the same
-  // Philox draws, low + u (high - low) in double, one rounding), without its
-  // three float64 temporaries (400 MB for a 4096 x 4096 weight).
+  // Philox draws, low + u (high - low) in double, one rounding; a draw that
+  // rounds up to `high` becomes `low`, keeping [low, high) as rand does),
+  // without its three float64 temporaries (400 MB for a 4096 x 4096 weight).
   if (t.device().is_cpu() && t.is_contiguous()) {
     kernels::uniform(t, low, high);
+    t.bump_version();  // an in-place write: the autocast cache and saved tensors must see it
     return t;
   }
   const Tensor u = rand(t.shape(), float64);  // on the CPU's generator wherever t lives
@@ -65,6 +67,7 @@ Tensor& normal_(Tensor& t, double mean, double std) {
   NoGradGuard no_grad;
   if (t.device().is_cpu() && t.is_contiguous()) {  // in place, as uniform_
     kernels::normal(t, mean, std);
+    t.bump_version();
     return t;
   }
   const Tensor n = randn(t.shape(), float64);

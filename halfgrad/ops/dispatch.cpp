@@ -30,7 +30,9 @@ namespace {
 DType grad_dtype_of(const Tensor& t) {
   if (!t.defined()) return DType::Float32;
   const auto& fn = t.grad_fn();
-  if (is_low_precision(t.dtype()) && fn && fn->name == op_name(OpId::to) && fn->input_meta.size() == 1 &&
+  // the CPU's formulas only, for now (docs/numerics.md); CUDA rounds as PyTorch does
+  if (t.device().is_cpu() && is_low_precision(t.dtype()) && fn && fn->name == op_name(OpId::to) &&
+      fn->input_meta.size() == 1 &&
       fn->input_meta[0].dtype == DType::Float32)
     return DType::Float32;
   return t.dtype();
