@@ -41,10 +41,10 @@ struct Saved {
   SavedTensor out;
   std::vector<bool> needs_grad;     // per input: does anyone want its gradient? (PyTorch's needs_input_grad)
   // Per input: the dtype its gradient may be returned in. The input's own,
-  // or float32 where the input is a cast of a float32 tensor (autocast's
-  // weight casts): that cast's backward takes a float32 gradient as it is, so
-  // a formula that can (a GEMM summing in float32) skips the rounding to the
-  // narrow dtype and the cast back.
+  // or float32 where the input is a CPU bfloat16 cast of a float32 tensor
+  // (autocast's weight casts): that cast's backward takes a float32 gradient
+  // as it is, so a formula that can (a GEMM summing in float32) skips the
+  // rounding to bfloat16 and the cast back.
   std::vector<DType> grad_dtypes;
   std::vector<SavedTensor> extras;  // what the forward kept for backward (dispatch::save_for_backward)
   const Tensor& input(size_t i) const;

@@ -30,8 +30,10 @@ namespace {
 DType grad_dtype_of(const Tensor& t) {
   if (!t.defined()) return DType::Float32;
   const auto& fn = t.grad_fn();
-  // the CPU's formulas only, for now (docs/numerics.md); CUDA rounds as PyTorch does
-  if (t.device().is_cpu() && is_low_precision(t.dtype()) && fn && fn->name == op_name(OpId::to) &&
+  // bfloat16 on the CPU only (docs/numerics.md): CUDA rounds as PyTorch does, and
+  // so does float16, whose rounding of small gradients to zero is what loss
+  // scaling is for (and what the lessons show)
+  if (t.device().is_cpu() && t.dtype() == DType::BFloat16 && fn && fn->name == op_name(OpId::to) &&
       fn->input_meta.size() == 1 &&
       fn->input_meta[0].dtype == DType::Float32)
     return DType::Float32;

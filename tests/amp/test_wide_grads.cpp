@@ -45,6 +45,25 @@ TEST_CASE("CPU autocast: linear's weight gradient is the GEMM's float32 sum, not
   CHECK(std::isfinite(b.grad().abs().sum().item()));
 }
 
+TEST_CASE("CPU float16 autocast keeps PyTorch's rounding of the weight gradient (what loss scaling is for)",
+          "[amp][autocast]") {
+  hg::manual_seed(24);
+  const Tensor x = hg::randn({64, 48});
+  const Tensor r = hg::randn({64, 16});
+  Tensor w = hg::randn({16, 48}).requires_grad_();
+  Tensor y;
+  {
+    hg::amp::autocast region(hg::kCPU, hg::kHalf);
+    y = hg::linear(x, w);
+  }
+  (y.to(hg::kFloat) * r).sum().backward();
+  const Tensor h = [](const Tensor& t) { return t.to(hg::kHalf).to(hg::kDouble); }(r);
+  const Tensor exact = hg::matmul(h.t(), x.to(hg::kHalf).to(hg::kDouble));
+  // every element is a float16 value: rounded once to float16, then widened exactly
+  CHECK(hg::equal(w.grad(), w.grad().to(hg::kHalf).to(hg::kFloat)));
+  CHECK(rel_err(w.grad(), exact) < 1e-3);
+}
+
 TEST_CASE("CPU autocast: a fused Sequential's weight gradients are float32 sums too", "[amp][autocast]") {
   hg::manual_seed(22);
   hg::nn::Sequential model(hg::nn::Linear(48, 32), hg::nn::Linear(32, 8));  // no activation: dW1 = (r W2)^T x
