@@ -57,7 +57,8 @@ SizeClass size_class(size_t n) {
 
 struct Cache {
   std::mutex mutex;
-  std::array<std::vector<void*>, kOctaves * kClassesPerOctave + 1> free_lists;
+  // index 0 (<= 64 B), then four per octave from 2^6 < n <= 2^7 up to 2^63 < n
+  std::array<std::vector<void*>, (kOctaves - 6) * kClassesPerOctave + 1> free_lists;
   Stats stats;
   bool on = kCachingByDefault;
   uint64_t limit = uint64_t{1} << 30;
@@ -66,6 +67,7 @@ struct Cache {
   void trim(uint64_t keep) {
     for (size_t c = free_lists.size(); c-- > 0 && stats.cached_bytes > keep;) {
       auto& list = free_lists[c];
+      if (list.empty()) continue;
       const size_t bytes = class_bytes(static_cast<int>(c));
       while (!list.empty() && stats.cached_bytes > keep) {
         std::free(list.back());
