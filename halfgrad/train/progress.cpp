@@ -164,12 +164,20 @@ void ProgressBar::set_description(std::string desc) { options_.desc = std::move(
 
 void ProgressBar::write(std::string_view message) {
   if (terminal_ && !closed_ && printed_any_) {
-    *out_ << '\r' << std::string(last_columns_, ' ') << '\r' << message << '\n';
+    put('\r' + std::string(last_columns_, ' ') + '\r' + std::string(message) + '\n');
     last_columns_ = 0;
     emit(now_t_);  // the bar again, below the message
     return;
   }
-  *out_ << message << '\n' << std::flush;
+  put(std::string(message) + '\n');
+}
+
+// One write per line: std::cerr is unbuffered, so `<< a << '\n'` is two
+// writes, and when several ranks share a pipe (mpirun) another rank's line can
+// land between them.
+void ProgressBar::put(const std::string& text) {
+  out_->write(text.data(), static_cast<std::streamsize>(text.size()));
+  out_->flush();
 }
 
 void ProgressBar::refresh() {
@@ -181,7 +189,7 @@ void ProgressBar::close() {
   const double now = options_.clock();
   if (terminal_) {
     emit(now);
-    *out_ << '\n' << std::flush;
+    put("\n");
   } else if (!printed_any_ || n_ != last_n_) {
     emit(now);
   }
@@ -266,12 +274,10 @@ void ProgressBar::emit(double now) {
   if (terminal_) {
     const std::string line = format_line(columns());
     const size_t cols = columns_of(line);
-    *out_ << '\r' << line;
-    if (cols < last_columns_) *out_ << std::string(last_columns_ - cols, ' ');
+    put('\r' + line + std::string(cols < last_columns_ ? last_columns_ - cols : 0, ' '));
     last_columns_ = cols;
-    *out_ << std::flush;
   } else {
-    *out_ << format_line(0) << '\n' << std::flush;
+    put(format_line(0) + '\n');
   }
   printed_any_ = true;
 }

@@ -115,6 +115,7 @@ class ProgressBar {
 
  private:
   void emit(double now);  // draw (terminal) or print (plain) a line
+  void put(const std::string& text);  // one write, flushed
   int columns() const;
   std::optional<double> rate() const;
   std::optional<double> samples_rate() const;
