@@ -1,6 +1,7 @@
 #include "onednn_floor.h"
 
 #include <dnnl.hpp>
+#include <omp.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -42,9 +43,25 @@ Buffer random_buffer(int64_t n, bool bf16, std::mt19937& rng) {
 }
 
 // One matmul primitive with its memory objects bound to buffers.
+// A GEMM below 2^19 multiply-adds is made and run on one thread, as
+// halfgrad's (ops/cpu/gemm.cpp): for such sizes the OpenMP team's wake-up and
+// join cost more than it saves, and a floor should take the faster way.
+constexpr int64_t kSerialMacs = int64_t{1} << 19;
+
+struct Threads {  // omp_set_num_threads(1) for a scope on this thread
+  int prev = 0;
+  explicit Threads(bool serial) {
+    if (serial && omp_get_max_threads() > 1) prev = omp_get_max_threads(), omp_set_num_threads(1);
+  }
+  ~Threads() {
+    if (prev) omp_set_num_threads(prev);
+  }
+};
+
 struct Gemm {
   dnnl::matmul prim;
   std::unordered_map<int, dnnl::memory> args;
+  bool serial = false;
 };
 
 struct Floor {
@@ -60,10 +77,12 @@ struct Floor {
            void* bias) {
     const dnnl::memory::desc src_md({m, k}, type, src_tag), wei_md({k, n}, type, wei_tag), dst_md({m, n}, type, tag::ab);
     const dnnl::memory::desc bias_md = bias ? dnnl::memory::desc({1, n}, type, tag::ab) : dnnl::memory::desc();
+    const bool serial = m * k * n < kSerialMacs;
+    Threads threads(serial);
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, wei_md, bias_md, dst_md), attr, engine);
-    Gemm g{dnnl::matmul(pd), {}};
+    Gemm g{dnnl::matmul(pd), {}, serial};
     g.args[DNNL_ARG_SRC] = dnnl::memory(src_md, engine, src);
     g.args[DNNL_ARG_WEIGHTS] = dnnl::memory(wei_md, engine, wei);
     g.args[DNNL_ARG_DST] = dnnl::memory(dst_md, engine, dst);
@@ -82,7 +101,10 @@ struct Floor {
   }
 
   void run() {
-    for (auto& g : gemms) g.prim.execute(stream, g.args);
+    for (auto& g : gemms) {
+      Threads threads(g.serial);
+      g.prim.execute(stream, g.args);
+    }
     stream.wait();
   }
 };

@@ -19,6 +19,8 @@
 #include <utility>
 #include <vector>
 
+#include <omp.h>
+
 #include <halfgrad/core/error.h>
 #include <halfgrad/core/half.h>
 
@@ -386,10 +388,38 @@ void execute(const CachedPrimitive& p, const void* a, const void* b, const void*
       pad ? dnnl::memory(p.scratchpad, eng, pad) : dnnl::memory());
 }
 
+// Below this many multiply-adds a GEMM is not split across threads (about
+// 10 us of work on one core: threads pay off from there on 2 cores).
+constexpr int64_t kSerialGemmMacs = int64_t{1} << 19;
+
+// omp_set_num_threads(1) for a scope, on this thread only (the setting is
+// per thread), and back.
+struct SerialScope {
+  int prev = 0;
+  explicit SerialScope(bool on) {
+    if (on && omp_get_max_threads() > 1) {
+      prev = omp_get_max_threads();
+      omp_set_num_threads(1);
+    }
+  }
+  ~SerialScope() {
+    if (prev > 0) omp_set_num_threads(prev);
+  }
+  SerialScope(const SerialScope&) = delete;
+  SerialScope& operator=(const SerialScope&) = delete;
+};
+
 // C = A @ B (+ bias) (+ beta * C) for plain layouts, through a cached primitive.
 void matmul(DType dtype, const Layout& a, const void* a_ptr, const Layout& b, const void* b_ptr,
             const Layout& c, void* c_ptr, const void* bias, float beta, bool relu, bool c_f32 = false) {
   const PrimitiveKey key{dtype, a, b, c, bias != nullptr, std::bit_cast<uint32_t>(beta), relu, c_f32};
+  // A small GEMM runs on this thread alone: waking the OpenMP team and
+  // joining it again costs more than the team saves (the seed MLP's GEMMs of
+  // 100k multiply-adds took 3.7 us each on 2 threads and 1.4 us on one). The
+  // primitive is made and run under the same setting, so its own choice of
+  // thread count is 1 too.
+  const int64_t macs = c.batch * c.rows * c.cols * a.cols;
+  SerialScope serial(macs < kSerialGemmMacs);
   try {
     execute(*get_primitive(key), a_ptr, b_ptr, bias, c_ptr);
   } catch (const dnnl::error& e) {
@@ -456,29 +486,33 @@ const void* plain_operand(const void* ptr, Layout& l, Scratch& buf) {
 // A select, not a branch (signs are random: a branch mispredicts half the
 // time), so the loop vectorises; rows in parallel for large outputs.
 template <typename T>
+HG_TARGET_CLONES void relu_row(T* row, int64_t n) {
+  if constexpr (sizeof(T) == 2) {
+    // On the bits (integer lanes vectorise; a float round trip does not): a
+    // negative number is the sign bit with a magnitude in (0, inf]; -0.0 and
+    // NaN stay, as in the float test v < 0.
+    constexpr uint16_t kInfBits = std::is_same_v<T, BFloat16> ? 0x7f80 : 0x7c00;
+    uint16_t* bits = reinterpret_cast<uint16_t*>(row);
+    for (int64_t j = 0; j < n; ++j) {
+      const uint16_t b = bits[j], mag = b & 0x7fff;
+      bits[j] = (b & 0x8000) && mag != 0 && mag <= kInfBits ? uint16_t{0} : b;
+    }
+  } else {
+    for (int64_t j = 0; j < n; ++j) {
+      const T v = row[j];
+      row[j] = v < T(0) ? T(0) : v;
+    }
+  }
+}
+
+template <typename T>
 void relu_in_place(const GemmArgs& g) {
   T* c = static_cast<T*>(g.c);
   const int64_t rows = g.batch * g.m;
-#pragma omp parallel for schedule(static) if (rows * g.n >= (int64_t{1} << 16))
-  for (int64_t r = 0; r < rows; ++r) {
-    T* row = c + (r / g.m) * g.c_bs + (r % g.m) * g.c_rs;
-    if constexpr (sizeof(T) == 2) {
-      // On the bits (integer lanes vectorise; a float round trip does not): a
-      // negative number is the sign bit with a magnitude in (0, inf]; -0.0 and
-      // NaN stay, as in the float test v < 0.
-      constexpr uint16_t kInfBits = std::is_same_v<T, BFloat16> ? 0x7f80 : 0x7c00;
-      uint16_t* bits = reinterpret_cast<uint16_t*>(row);
-      for (int64_t j = 0; j < g.n; ++j) {
-        const uint16_t b = bits[j], mag = b & 0x7fff;
-        bits[j] = (b & 0x8000) && mag != 0 && mag <= kInfBits ? uint16_t{0} : b;
-      }
-    } else {
-      for (int64_t j = 0; j < g.n; ++j) {
-        const T v = row[j];
-        row[j] = v < T(0) ? T(0) : v;
-      }
-    }
-  }
+  const bool large = rows * g.n >= (int64_t{1} << 16);
+  if (!large && g.c_bs == g.m * g.c_rs && g.c_rs == g.n) return relu_row(c, rows * g.n);  // one dense run
+#pragma omp parallel for schedule(static) if (large)
+  for (int64_t r = 0; r < rows; ++r) relu_row(c + (r / g.m) * g.c_bs + (r % g.m) * g.c_rs, g.n);
 }
 
 // float32 / bfloat16: straight to oneDNN, accumulating in float32.

@@ -1,9 +1,13 @@
 // CPU softmax / log-softmax over the last dim, and the per-sample NLL that
-// cross_entropy builds on. Rows are independent: one row per iteration,
-// computed in float (double for float64) with the max subtracted first.
+// cross_entropy builds on. Rows are independent (blocks of rows in parallel),
+// computed in float (double for float64) with the max subtracted first; the
+// exps of a block of rows run as one vectorised loop (ops/cpu/vec_math.h).
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include <halfgrad/ops/cpu/cpu_kernels.h>
+#include <halfgrad/ops/cpu/vec_math.h>
 
 namespace halfgrad::cpu {
 
@@ -12,8 +16,39 @@ template <typename T>
 using facc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
 int64_t last_dim(const Tensor& t) { return t.dim() == 0 ? 1 : t.shape().back(); }
+
+// e[i] = exp(t[i]) over a flat run: the rows of a block are exponentiated in
+// one loop, so 100 rows of 10 classes make one vectorised run of 1000, not
+// 100 runs too short for a vector.
+HG_TARGET_CLONES void exp_run(const float* t, float* e, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) e[i] = exp_f32(t[i]);
+}
+void exp_run(const double* t, double* e, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) e[i] = std::exp(t[i]);
+}
+
+// Rows are taken in blocks of about kBlockElems elements (at least one row);
+// a block is the unit of the parallel loop and of the scratch.
+constexpr int64_t kBlockElems = 4096;
+
+template <typename A>
+A* scratch(size_t n) {
+  thread_local std::vector<A> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
+template <typename F>
+void for_row_blocks(int64_t rows, int64_t c, F&& block) {
+  const int64_t per = std::max<int64_t>(1, kBlockElems / std::max<int64_t>(c, 1));
+  const int64_t blocks = (rows + per - 1) / per;
+#pragma omp parallel for if (rows * c > 65536)
+  for (int64_t b = 0; b < blocks; ++b) block(b * per, std::min(rows, (b + 1) * per));
+}
 }  // namespace
 
+// Per block of rows: t = x - max(row) (kept), e = exp(t) in one flat run, the
+// row sums, then y = e / sum or, for log_softmax, y = t - log(sum).
 void softmax(const Tensor& in, const Tensor& out, bool log) {
   const int64_t c = last_dim(in);
   const int64_t rows = c == 0 ? 0 : in.numel() / c;
@@ -21,27 +56,40 @@ void softmax(const Tensor& in, const Tensor& out, bool log) {
     using A = facc_t<scalar_t>;
     const scalar_t* x = static_cast<const scalar_t*>(in.data_ptr());
     scalar_t* y = static_cast<scalar_t*>(out.data_ptr());
-    _Pragma("omp parallel for if (rows * c > 65536)")
-    for (int64_t r = 0; r < rows; ++r) {
-      const scalar_t* xr = x + r * c;
-      scalar_t* yr = y + r * c;
-      A mx = static_cast<A>(xr[0]);
-      for (int64_t j = 1; j < c; ++j) mx = std::max(mx, static_cast<A>(xr[j]));
-      A sum = 0;
-      for (int64_t j = 0; j < c; ++j) sum += std::exp(static_cast<A>(xr[j]) - mx);
-      if (log) {
-        // (x - max) - log(sum), PyTorch's order: max + log(sum) first would round
-        // a confident row's tiny log(sum) (6e-6 next to 12) to 12's ulps
-        const A ls = std::log(sum);
-        for (int64_t j = 0; j < c; ++j) yr[j] = static_cast<scalar_t>((static_cast<A>(xr[j]) - mx) - ls);
-      } else {
-        const A inv = A(1) / sum;
-        for (int64_t j = 0; j < c; ++j) yr[j] = static_cast<scalar_t>(std::exp(static_cast<A>(xr[j]) - mx) * inv);
+    for_row_blocks(rows, c, [&](int64_t r0, int64_t r1) {
+      const int64_t n = (r1 - r0) * c;
+      A* t = scratch<A>(static_cast<size_t>(2 * n));
+      A* e = t + n;
+      for (int64_t r = r0; r < r1; ++r) {
+        const scalar_t* xr = x + r * c;
+        A* tr = t + (r - r0) * c;
+        A mx = static_cast<A>(xr[0]);
+        for (int64_t j = 1; j < c; ++j) mx = std::max(mx, static_cast<A>(xr[j]));
+        for (int64_t j = 0; j < c; ++j) tr[j] = static_cast<A>(xr[j]) - mx;
       }
-    }
+      exp_run(t, e, n);
+      for (int64_t r = r0; r < r1; ++r) {
+        const A* tr = t + (r - r0) * c;
+        const A* er = e + (r - r0) * c;
+        scalar_t* yr = y + r * c;
+        A sum = 0;
+        for (int64_t j = 0; j < c; ++j) sum += er[j];
+        if (log) {
+          // (x - max) - log(sum), PyTorch's order: max + log(sum) first would round
+          // a confident row's tiny log(sum) (6e-6 next to 12) to 12's ulps
+          const A ls = std::log(sum);
+          for (int64_t j = 0; j < c; ++j) yr[j] = static_cast<scalar_t>(tr[j] - ls);
+        } else {
+          const A inv = A(1) / sum;
+          for (int64_t j = 0; j < c; ++j) yr[j] = static_cast<scalar_t>(er[j] * inv);
+        }
+      }
+    });
   });
 }
 
+// softmax: gi = y * (g - sum(g * y)); log_softmax: gi = g - exp(y) * sum(g),
+// its exp again one flat run per block.
 void softmax_backward(const Tensor& grad_out, const Tensor& y, const Tensor& grad_in, bool log) {
   const int64_t c = last_dim(y);
   const int64_t rows = c == 0 ? 0 : y.numel() / c;
@@ -50,22 +98,32 @@ void softmax_backward(const Tensor& grad_out, const Tensor& y, const Tensor& gra
     const scalar_t* g = static_cast<const scalar_t*>(grad_out.data_ptr());
     const scalar_t* yy = static_cast<const scalar_t*>(y.data_ptr());
     scalar_t* gi = static_cast<scalar_t*>(grad_in.data_ptr());
-    _Pragma("omp parallel for if (rows * c > 65536)")
-    for (int64_t r = 0; r < rows; ++r) {
-      const scalar_t* gr = g + r * c;
-      const scalar_t* yr = yy + r * c;
-      scalar_t* out = gi + r * c;
-      A dot = 0;
+    for_row_blocks(rows, c, [&](int64_t r0, int64_t r1) {
+      const int64_t n = (r1 - r0) * c;
       if (log) {
-        for (int64_t j = 0; j < c; ++j) dot += static_cast<A>(gr[j]);
-        for (int64_t j = 0; j < c; ++j)
-          out[j] = static_cast<scalar_t>(static_cast<A>(gr[j]) - std::exp(static_cast<A>(yr[j])) * dot);
-      } else {
-        for (int64_t j = 0; j < c; ++j) dot += static_cast<A>(gr[j]) * static_cast<A>(yr[j]);
-        for (int64_t j = 0; j < c; ++j)
-          out[j] = static_cast<scalar_t>(static_cast<A>(yr[j]) * (static_cast<A>(gr[j]) - dot));
+        A* t = scratch<A>(static_cast<size_t>(2 * n));
+        A* e = t + n;
+        for (int64_t i = 0; i < n; ++i) t[i] = static_cast<A>(yy[r0 * c + i]);
+        exp_run(t, e, n);
+        for (int64_t r = r0; r < r1; ++r) {
+          const scalar_t* gr = g + r * c;
+          const A* er = e + (r - r0) * c;
+          scalar_t* o = gi + r * c;
+          A dot = 0;
+          for (int64_t j = 0; j < c; ++j) dot += static_cast<A>(gr[j]);
+          for (int64_t j = 0; j < c; ++j) o[j] = static_cast<scalar_t>(static_cast<A>(gr[j]) - er[j] * dot);
+        }
+        return;
       }
-    }
+      for (int64_t r = r0; r < r1; ++r) {
+        const scalar_t* gr = g + r * c;
+        const scalar_t* yr = yy + r * c;
+        scalar_t* o = gi + r * c;
+        A dot = 0;
+        for (int64_t j = 0; j < c; ++j) dot += static_cast<A>(gr[j]) * static_cast<A>(yr[j]);
+        for (int64_t j = 0; j < c; ++j) o[j] = static_cast<scalar_t>(static_cast<A>(yr[j]) * (static_cast<A>(gr[j]) - dot));
+      }
+    });
   });
 }
 
