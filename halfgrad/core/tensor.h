@@ -18,6 +18,7 @@
 #include <halfgrad/core/dtype.h>
 #include <halfgrad/core/error.h>
 #include <halfgrad/core/indexing.h>
+#include <halfgrad/core/shape.h>
 
 namespace halfgrad {
 
@@ -25,13 +26,8 @@ namespace autograd {
 struct Node;
 }
 
-using Shape = std::vector<int64_t>;
-
 std::string shape_str(const Shape& s);  // "[2, 3]"
-// `os << shape` prints shape_str. Shape is a std::vector, so argument-dependent
-// lookup does not find this from outside namespace halfgrad: there, write
-// `using halfgrad::operator<<;` (or print shape_str(s)).
-std::ostream& operator<<(std::ostream& os, const Shape& s);
+std::ostream& operator<<(std::ostream& os, const Shape& s);  // prints shape_str
 // Elements of shape `s`: the one count every tensor's shape passes through
 // (make_tensor and every view). A negative size, or sizes whose product overflows
 // int64, is an Error naming `op`.

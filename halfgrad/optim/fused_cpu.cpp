@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include <halfgrad/core/macros.h>
+#include <halfgrad/ops/cpu/parallel.h>
 
 namespace halfgrad::optim::fused {
 
@@ -53,8 +54,7 @@ HG_TARGET_CLONES void adam_range(float* p, float* g, float* m, float* v,
 template <typename Range>
 void chunked(int64_t n, Range range) {
   const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (chunks > 4)
-  for (int64_t c = 0; c < chunks; ++c) range(c * kChunk, std::min(kChunk, n - c * kChunk));
+  cpu::parallel_for(chunks, chunks > 4, [&](int64_t c) { range(c * kChunk, std::min(kChunk, n - c * kChunk)); });
 }
 }  // namespace
 

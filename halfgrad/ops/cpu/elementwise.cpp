@@ -7,6 +7,7 @@
 #include <halfgrad/core/macros.h>
 #include <halfgrad/ops/cpu/cpu_kernels.h>
 #include <halfgrad/ops/cpu/loops.h>
+#include <halfgrad/ops/cpu/parallel.h>
 #include <halfgrad/ops/math.h>
 
 namespace halfgrad::cpu {
@@ -102,8 +103,7 @@ bool bfloat16_cast_fast_path(const Tensor& dst, const Tensor& src) {
     const auto* s = static_cast<const float*>(src.data_ptr());
     constexpr int64_t kChunk = 16384;
     const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for if (n > 65536)
-    for (int64_t c = 0; c < chunks; ++c) to_bfloat16(d + c * kChunk, s + c * kChunk, std::min(kChunk, n - c * kChunk));
+    parallel_for(chunks, worth_threads(n), [&](int64_t c) { to_bfloat16(d + c * kChunk, s + c * kChunk, std::min(kChunk, n - c * kChunk)); });
     return true;
   }
   if (dst.dtype() == DType::Float32 && src.dtype() == DType::BFloat16) {
@@ -111,8 +111,7 @@ bool bfloat16_cast_fast_path(const Tensor& dst, const Tensor& src) {
     const auto* s = static_cast<const uint16_t*>(src.data_ptr());
     constexpr int64_t kChunk = 16384;
     const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for if (n > 65536)
-    for (int64_t c = 0; c < chunks; ++c) from_bfloat16(d + c * kChunk, s + c * kChunk, std::min(kChunk, n - c * kChunk));
+    parallel_for(chunks, worth_threads(n), [&](int64_t c) { from_bfloat16(d + c * kChunk, s + c * kChunk, std::min(kChunk, n - c * kChunk)); });
     return true;
   }
   return false;

@@ -23,12 +23,12 @@
 
 #include <halfgrad/core/error.h>
 #include <halfgrad/core/half.h>
+#include <halfgrad/ops/cpu/parallel.h>
+#include <halfgrad/ops/cpu/scratch.h>
 
 namespace halfgrad::cpu {
 namespace {
 
-// Below this many multiply-adds (or copied elements) OpenMP threads cost more than they save.
-constexpr int64_t kParallelWork = 1 << 16;
 
 // ---------------------------------------------------------------------------
 // Layouts
@@ -110,46 +110,16 @@ void pack(const Src* src, const Layout& from, Dst* dst, const Layout& to) {
   const int64_t src_outer = rows_inner ? from.cs : from.rs, src_inner = rows_inner ? from.rs : from.cs;
   const int64_t dst_outer = rows_inner ? to.cs : to.rs, dst_inner = rows_inner ? to.rs : to.cs;
   const int64_t lines = from.batch * outer;
-#pragma omp parallel for schedule(static) if (lines * inner >= kParallelWork)
-  for (int64_t line = 0; line < lines; ++line) {
+  parallel_for(lines, worth_threads(lines * inner), [&](int64_t line) {
     const int64_t b = line / outer, o = line % outer;
     const Src* s = src + b * from.bs + o * src_outer;
     Dst* d = dst + b * to.bs + o * dst_outer;
     for (int64_t x = 0; x < inner; ++x) d[x * dst_inner] = static_cast<Dst>(s[x * src_inner]);
-  }
+  });
 }
 
 // ---------------------------------------------------------------------------
 // Per-thread scratch memory
-
-// Grow-only, 64-byte aligned buffer. Each thread keeps its own, so the hot
-// path neither allocates nor shares. The price: a thread holds on to the
-// largest buffer it ever needed.
-class Scratch {
- public:
-  template <typename T = std::byte>
-  T* get(int64_t count) {
-    const size_t bytes = static_cast<size_t>(count) * sizeof(T);
-    if (bytes > size_) {
-      const size_t rounded = (bytes + 63) / 64 * 64;
-      ptr_.reset();  // free first: keeps the peak at one buffer
-      ptr_.reset(static_cast<std::byte*>(std::aligned_alloc(64, rounded)));
-      if (!ptr_) {
-        size_ = 0;
-        throw std::bad_alloc();
-      }
-      size_ = rounded;
-    }
-    return reinterpret_cast<T*>(ptr_.get());
-  }
-
- private:
-  struct Free {
-    void operator()(std::byte* p) const { std::free(p); }
-  };
-  std::unique_ptr<std::byte, Free> ptr_;
-  size_t size_ = 0;
-};
 
 struct ThreadScratch {
   Scratch a, b, c, bias, onednn;
@@ -445,8 +415,7 @@ void matmul(DType dtype, const Layout& a, const void* a_ptr, const Layout& b, co
   const float* bias_f = static_cast<const float*>(bias);
   float* C = static_cast<float*>(c_ptr);
   const int64_t rows = c.batch * c.rows, n = c.cols, k = a.cols;
-#pragma omp parallel for schedule(static) if (rows * n * k >= kParallelWork)
-  for (int64_t r = 0; r < rows; ++r) {
+  parallel_for(rows, worth_threads(rows * n * k), [&](int64_t r) {
     const int64_t bi = r / c.rows, i = r % c.rows;
     const float* arow = A + (a.batch == 1 ? 0 : bi * a.bs) + i * a.rs;
     const float* bmat = B + (b.batch == 1 ? 0 : bi * b.bs);
@@ -463,7 +432,7 @@ void matmul(DType dtype, const Layout& a, const void* a_ptr, const Layout& b, co
       if (relu && v < 0.0) v = 0.0;
       crow[j * c.cs] = static_cast<float>(v);
     }
-  }
+  });
 }
 
 #endif  // HALFGRAD_WITH_ONEDNN
@@ -509,10 +478,9 @@ template <typename T>
 void relu_in_place(const GemmArgs& g) {
   T* c = static_cast<T*>(g.c);
   const int64_t rows = g.batch * g.m;
-  const bool large = rows * g.n >= (int64_t{1} << 16);
+  const bool large = worth_threads(rows * g.n);
   if (!large && g.c_bs == g.m * g.c_rs && g.c_rs == g.n) return relu_row(c, rows * g.n);  // one dense run
-#pragma omp parallel for schedule(static) if (large)
-  for (int64_t r = 0; r < rows; ++r) relu_row(c + (r / g.m) * g.c_bs + (r % g.m) * g.c_rs, g.n);
+  parallel_for(rows, large, [&](int64_t r) { relu_row(c + (r / g.m) * g.c_bs + (r % g.m) * g.c_rs, g.n); });
 }
 
 // float32 / bfloat16: straight to oneDNN, accumulating in float32.
@@ -552,8 +520,7 @@ void gemm_widened(const GemmArgs& g, const Layout& a, const Layout& b, const Lay
   const int64_t rows = g.batch * g.m;
   auto write = [&](auto* out) {  // T, or float for c_float32
     using O = std::remove_pointer_t<decltype(out)>;
-#pragma omp parallel for schedule(static) if (rows * g.n >= kParallelWork)
-    for (int64_t r = 0; r < rows; ++r) {
+    parallel_for(rows, worth_threads(rows * g.n), [&](int64_t r) {
       const float* src = c_buf + r * g.n;
       O* dst = out + (r / g.m) * g.c_bs + (r % g.m) * g.c_rs;
       for (int64_t j = 0; j < g.n; ++j) {
@@ -562,7 +529,7 @@ void gemm_widened(const GemmArgs& g, const Layout& a, const Layout& b, const Lay
         if (g.relu && v < 0.f) v = 0.f;
         dst[j] = static_cast<O>(v);
       }
-    }
+    });
   };
   if (g.c_float32) write(static_cast<float*>(g.c));
   else write(static_cast<T*>(g.c));

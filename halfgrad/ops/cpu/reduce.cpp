@@ -6,6 +6,8 @@
 #include <vector>
 
 #include <halfgrad/ops/cpu/cpu_kernels.h>
+#include <halfgrad/ops/cpu/parallel.h>
+#include <halfgrad/ops/cpu/scratch.h>
 #include <halfgrad/ops/reduce_plan.h>
 
 namespace halfgrad::cpu {
@@ -61,8 +63,8 @@ racc_t<T> row_sum(const T* p, int64_t n, bool parallel) {
   if (n <= kBlock) return pairwise_sum(p, n);
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   std::vector<A> part(static_cast<size_t>(blocks));
-#pragma omp parallel for if (parallel)
-  for (int64_t b = 0; b < blocks; ++b) part[b] = pairwise_sum(p + b * kBlock, std::min(kBlock, n - b * kBlock));
+  parallel_for(blocks, parallel,
+               [&](int64_t b) { part[b] = pairwise_sum(p + b * kBlock, std::min(kBlock, n - b * kBlock)); });
   return pairwise_sum(part.data(), blocks);
 }
 
@@ -93,8 +95,7 @@ void reduce_inner(ReduceOp op, const T* in, int64_t outer, int64_t r, const Tens
   // A few long rows (a full sum): the threads share each row's blocks.
   const bool sum_op = op == ReduceOp::Sum || op == ReduceOp::Mean;
   const bool split_rows = outer < 8 && r > kBlock && sum_op;
-#pragma omp parallel for if (!split_rows && outer * r > 65536)
-  for (int64_t o = 0; o < outer; ++o) {
+  parallel_for(outer, !split_rows && worth_threads(outer * r), [&](int64_t o) {
     const T* p = in + o * r;
     if (sum_op) {
       A s = row_sum(p, r, split_rows);
@@ -109,7 +110,7 @@ void reduce_inner(ReduceOp op, const T* in, int64_t outer, int64_t r, const Tens
       else static_cast<T*>(out.data_ptr())[o] = static_cast<T>(best);
       if (indices) indices[o] = arg;
     }
-  }
+  });
 }
 
 // Sum/mean over the leading dims: out[j] = sum_i in[i * inner + j], pairwise
@@ -147,26 +148,20 @@ int64_t pairwise_levels(int64_t r) {
   return levels;
 }
 
-// A per-thread scratch that grows and stays (no allocation or zeroing per
-// call: the bias gradient of a small Linear is a few hundred adds).
-template <typename A>
-A* thread_scratch(size_t n) {
-  thread_local std::vector<A> buf;
-  if (buf.size() < n) buf.resize(n);
-  return buf.data();
-}
+// The column sums' per-thread buffer (no allocation or zeroing per call: the
+// bias gradient of a small Linear is a few hundred adds).
+struct ColumnScratch;
 
 // acc[0, inner) = column sums of a [r, inner] block, kCols columns a task.
 template <typename T>
 void column_block(const T* in, int64_t r, int64_t inner, racc_t<T>* acc, bool parallel) {
   const int64_t chunks = (inner + kCols - 1) / kCols;
   const int64_t levels = pairwise_levels(r);
-#pragma omp parallel for if (parallel && chunks > 1 && r * inner > 65536)
-  for (int64_t c = 0; c < chunks; ++c) {
+  parallel_for(chunks, parallel && worth_threads(r * inner), [&](int64_t c) {
     const int64_t w = std::min(kCols, inner - c * kCols);
-    racc_t<T>* scratch = thread_scratch<racc_t<T>>(static_cast<size_t>(w * levels));
+    racc_t<T>* scratch = thread_scratch<ColumnScratch, racc_t<T>>(w * levels);
     column_pairwise(in + c * kCols, r, inner, w, acc + c * kCols, scratch);
-  }
+  });
 }
 
 template <typename T>
@@ -178,9 +173,9 @@ void reduce_outer(ReduceOp op, const T* in, int64_t r, int64_t inner, const Tens
   } else {
     const int64_t blocks = (r + kRowBlock - 1) / kRowBlock;
     std::vector<A> part(static_cast<size_t>(blocks * inner));
-#pragma omp parallel for if (r * inner > 65536)
-    for (int64_t b = 0; b < blocks; ++b)
+    parallel_for(blocks, worth_threads(r * inner), [&](int64_t b) {
       column_block(in + b * kRowBlock * inner, std::min(kRowBlock, r - b * kRowBlock), inner, &part[b * inner], false);
+    });
     column_block(part.data(), blocks, inner, acc.data(), true);
   }
   T* o = static_cast<T*>(out.data_ptr());

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include <halfgrad/ops/cpu/cpu_kernels.h>
+#include <halfgrad/ops/cpu/parallel.h>
+#include <halfgrad/ops/cpu/scratch.h>
 #include <halfgrad/ops/cpu/vec_math.h>
 
 namespace halfgrad::cpu {
@@ -31,19 +33,13 @@ void exp_run(const double* t, double* e, int64_t n) {
 // a block is the unit of the parallel loop and of the scratch.
 constexpr int64_t kBlockElems = 4096;
 
-template <typename A>
-A* scratch(size_t n) {
-  thread_local std::vector<A> buf;
-  if (buf.size() < n) buf.resize(n);
-  return buf.data();
-}
+struct SoftmaxScratch;  // the tag of this file's per-thread buffer
 
 template <typename F>
 void for_row_blocks(int64_t rows, int64_t c, F&& block) {
   const int64_t per = std::max<int64_t>(1, kBlockElems / std::max<int64_t>(c, 1));
   const int64_t blocks = (rows + per - 1) / per;
-#pragma omp parallel for if (rows * c > 65536)
-  for (int64_t b = 0; b < blocks; ++b) block(b * per, std::min(rows, (b + 1) * per));
+  parallel_for(blocks, worth_threads(rows * c), [&](int64_t b) { block(b * per, std::min(rows, (b + 1) * per)); });
 }
 }  // namespace
 
@@ -58,7 +54,7 @@ void softmax(const Tensor& in, const Tensor& out, bool log) {
     scalar_t* y = static_cast<scalar_t*>(out.data_ptr());
     for_row_blocks(rows, c, [&](int64_t r0, int64_t r1) {
       const int64_t n = (r1 - r0) * c;
-      A* t = scratch<A>(static_cast<size_t>(2 * n));
+      A* t = thread_scratch<SoftmaxScratch, A>(2 * n);
       A* e = t + n;
       for (int64_t r = r0; r < r1; ++r) {
         const scalar_t* xr = x + r * c;
@@ -101,7 +97,7 @@ void softmax_backward(const Tensor& grad_out, const Tensor& y, const Tensor& gra
     for_row_blocks(rows, c, [&](int64_t r0, int64_t r1) {
       const int64_t n = (r1 - r0) * c;
       if (log) {
-        A* t = scratch<A>(static_cast<size_t>(2 * n));
+        A* t = thread_scratch<SoftmaxScratch, A>(2 * n);
         A* e = t + n;
         for (int64_t i = 0; i < n; ++i) t[i] = static_cast<A>(yy[r0 * c + i]);
         exp_run(t, e, n);

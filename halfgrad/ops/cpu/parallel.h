@@ -1,0 +1,32 @@
+#pragma once
+// When a CPU loop runs on the OpenMP team: one rule for every kernel.
+//
+// Waking the team, splitting the range and joining costs a few microseconds,
+// which is what a loop over ~2^16 floats takes on one core; below that one
+// thread is faster (measured on the seed MLP, docs/performance.md, "The
+// small-op path"). And a serial loop must not be written as
+// `#pragma omp parallel for if (small)`: GCC's libgomp still builds a
+// one-thread team for it, a malloc and a free per loop, which was 5% of a
+// small training step. parallel_for runs the plain loop instead.
+#include <cstdint>
+
+namespace halfgrad::cpu {
+
+// Work (elements touched, or multiply-adds) below which a loop stays on the calling thread.
+constexpr int64_t kParallelWork = int64_t{1} << 16;
+
+inline bool worth_threads(int64_t work) { return work >= kParallelWork; }
+
+// f(i) for i in [0, n): on the OpenMP team (static schedule) when `parallel`
+// and there is more than one iteration, else a plain loop on this thread.
+template <typename F>
+void parallel_for(int64_t n, bool parallel, F&& f) {
+  if (parallel && n > 1) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) f(i);
+  } else {
+    for (int64_t i = 0; i < n; ++i) f(i);
+  }
+}
+
+}  // namespace halfgrad::cpu
