@@ -76,6 +76,35 @@ TEST_CASE("softmax and log_softmax over last and non-last dims", "[ops][softmax]
         }
 }
 
+// The CPU kernel works on blocks of ~4096 elements: many rows a block (their
+// maxima and sums taken a column at a time), several blocks, and rows longer
+// than a block (one row each). Backward against the float64 formula:
+// softmax: gx = y * (w - sum(w * y)); log_softmax: gx = w - softmax * sum(w).
+TEST_CASE("softmax and log_softmax forward and backward across row blocks", "[ops][softmax][backward]") {
+  for (const Shape shape : {Shape{700, 13}, Shape{3, 5000}, Shape{1, 1}, Shape{5000, 1}})
+    for (bool log : {false, true}) {
+      INFO(shape_str(shape) << (log ? " log_softmax" : " softmax"));
+      const Tensor x = hgtest::uniform(shape, float32, -6, 6).requires_grad_();
+      const Tensor w = hgtest::uniform(shape, float32, -1, 1);
+      const Tensor y = log ? log_softmax(x, 1) : softmax(x, 1);
+      const std::vector<double> xv = values(x), wv = values(w);
+      const std::vector<double> p = ref_softmax(xv, shape, 1, false);
+      HG_CHECK_CLOSE(y, log ? ref_softmax(xv, shape, 1, true) : p);
+      sum(y * w).backward();
+      const int64_t rows = shape[0], c = shape[1];
+      std::vector<double> gx(xv.size());
+      for (int64_t r = 0; r < rows; ++r) {
+        double dot = 0;
+        for (int64_t j = 0; j < c; ++j) dot += log ? wv[r * c + j] : wv[r * c + j] * p[r * c + j];
+        for (int64_t j = 0; j < c; ++j) {
+          const int64_t i = r * c + j;
+          gx[i] = log ? wv[i] - p[i] * dot : p[i] * (wv[i] - dot);
+        }
+      }
+      HG_CHECK_CLOSE(x.grad(), gx);
+    }
+}
+
 TEST_CASE("softmax is stable for large inputs and sums to one", "[ops][softmax]") {
   for (DType dt : hgtest::kFloatDTypes) {
     INFO(hgtest::dname(dt));
