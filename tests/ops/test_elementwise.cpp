@@ -400,6 +400,37 @@ TEST_CASE("NaN propagates through maximum, minimum, relu and clamp", "[ops][elem
   }
 }
 
+// ReLU backward passes the gradient where the output is > 0 or NaN, and 0
+// where it is <= 0 (-0, -inf and negative denormals too). bfloat16 has its own
+// CPU loop on the bits: checked against the rule, dense (several chunks, so
+// the parallel path too) and strided (the generic loop), with every edge value.
+TEST_CASE("relu backward in every float dtype: the gradient where the output is > 0 or NaN",
+          "[ops][elementwise][relu][backward]") {
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> edges{nan, -nan, 0.0, -0.0, inf, -inf, 1e-40, -1e-40, 3.0, -3.0, 1e38, -1e38};
+  std::vector<double> xs;
+  for (int i = 0; i < 70000; ++i) xs.push_back(i % 5 == 0 ? edges[(i / 5) % edges.size()] : (i % 7) - 3.25);
+  const int64_t n = static_cast<int64_t>(xs.size());
+  for (DType dt : hgtest::kFloatDTypes)
+    for (bool strided : {false, true}) {
+      INFO(hgtest::dname(dt) << (strided ? " strided" : " dense"));
+      const Tensor base = hgtest::make(xs, {n}, dt);
+      Tensor x = strided ? base.reshape({n / 2, 2}).t().contiguous().t() : base;  // same values, column-major
+      if (strided) REQUIRE_FALSE(x.is_contiguous());
+      x = x.detach().requires_grad_();
+      const Tensor g = hgtest::uniform(x.shape(), dt, 0.5, 2.0);
+      relu(x).backward(g);
+      const std::vector<double> yv = values(relu(x.detach())), gv = values(g), gx = values(x.grad());
+      for (size_t i = 0; i < yv.size(); ++i) {
+        const double want = std::isnan(yv[i]) || yv[i] > 0 ? gv[i] : 0.0;
+        if (gx[i] != want || std::signbit(gx[i])) {
+          FAIL_CHECK("element " << i << ": y " << yv[i] << " g " << gv[i] << " gives " << gx[i] << ", expected " << want);
+          break;
+        }
+      }
+    }
+}
+
 TEST_CASE("broadcasting failure names the op and both shapes", "[ops][elementwise][errors]") {
   const Tensor a = ones({3, 4}), b = ones({5});
   REQUIRE_THROWS_AS(add(a, b), Error);
