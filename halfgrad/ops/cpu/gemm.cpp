@@ -358,10 +358,6 @@ void execute(const CachedPrimitive& p, const void* a, const void* b, const void*
       pad ? dnnl::memory(p.scratchpad, eng, pad) : dnnl::memory());
 }
 
-// Below this many multiply-adds a GEMM is not split across threads (about
-// 10 us of work on one core: threads pay off from there on 2 cores).
-constexpr int64_t kSerialGemmMacs = int64_t{1} << 19;
-
 // omp_set_num_threads(1) for a scope, on this thread only (the setting is
 // per thread), and back.
 struct SerialScope {

@@ -17,6 +17,11 @@ constexpr int64_t kParallelWork = int64_t{1} << 16;
 
 inline bool worth_threads(int64_t work) { return work >= kParallelWork; }
 
+// Below this many multiply-adds a oneDNN GEMM runs on the calling thread alone
+// (about 10 us of work on one core; threads pay off from there on 2 cores).
+// benchmarks/onednn_floor.cpp states the same number: keep them together.
+constexpr int64_t kSerialGemmMacs = int64_t{1} << 19;
+
 // f(i) for i in [0, n): on the OpenMP team (static schedule) when `parallel`
 // and there is more than one iteration, else a plain loop on this thread.
 template <typename F>
