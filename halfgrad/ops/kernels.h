@@ -207,7 +207,8 @@ void softmax_backward(const Tensor& grad_out, const Tensor& y, const Tensor& gra
 // `op` names the user's op in the out-of-range message (nll_loss, cross_entropy).
 void nll_loss(const Tensor& logp, const Tensor& target, const Tensor& out, int64_t ignore_index,
               const char* op = "nll_loss");
-// grad_logp[i, target[i]] = -grad[i] (other entries 0). grad [N], grad_logp [N, C].
+// grad_logp[i, target[i]] = -grad[i] (other entries 0). grad [N], any stride
+// (0: a reduced loss's one gradient, broadcast), grad_logp [N, C].
 void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& grad_logp, int64_t ignore_index);
 
 // Stable sort of each row of the contiguous [rows, n] `in` (n: its last dim)

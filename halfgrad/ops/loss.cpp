@@ -77,7 +77,7 @@ Tensor reduce_loss(const Tensor& per_sample, Reduction reduction, const Tensor& 
 Tensor per_sample_grad(const Tensor& g, Reduction reduction, int64_t n, const Tensor& count) {
   if (reduction == Reduction::None) return g.contiguous();
   const Tensor gs = reduction == Reduction::Mean ? div(g, count) : g;
-  return ops::broadcast_to(gs.reshape({1}), {n}).contiguous();
+  return ops::broadcast_to(gs, {n});  // a stride-0 view: the kernels read grad[i * stride]
 }
 
 // How many targets count toward the mean, as a 0-d tensor of `dtype`.

@@ -171,9 +171,10 @@ void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& g
   fill(grad_logp, 0.0);
   HG_DISPATCH_FLOATING(grad_logp.dtype(), "nll_loss_backward", [&] {
     const scalar_t* g = static_cast<const scalar_t*>(grad.data_ptr());
+    const int64_t gs = grad.stride(0);  // 0: one gradient for every sample (a mean or sum)
     scalar_t* o = static_cast<scalar_t*>(grad_logp.data_ptr());
     for (int64_t i = 0; i < n; ++i)
-      if (tg[i] != ignore_index) o[i * c + tg[i]] = static_cast<scalar_t>(-static_cast<double>(g[i]));
+      if (tg[i] != ignore_index) o[i * c + tg[i]] = static_cast<scalar_t>(-static_cast<double>(g[i * gs]));
   });
 }
 
