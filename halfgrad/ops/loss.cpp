@@ -81,8 +81,11 @@ Tensor per_sample_grad(const Tensor& g, Reduction reduction, int64_t n, const Te
 }
 
 // How many targets count toward the mean, as a 0-d tensor of `dtype`.
+// The mask is cast before the sum, so the count is one op fewer than summing
+// bools (which sum casts to int64 first); the sum accumulates in float even
+// for the half types and rounds once, as the int64 count's cast would.
 Tensor target_count(const Tensor& target, int64_t ignore_index, DType dtype) {
-  return sum(ne(target, static_cast<double>(ignore_index))).to(dtype);
+  return sum(ne(target, static_cast<double>(ignore_index)).to(dtype));
 }
 
 }  // namespace
