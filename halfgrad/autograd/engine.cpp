@@ -182,18 +182,29 @@ void run_graph(const Tensor& root, const Tensor& grad, bool retain_graph) {
            "the parameters, or compute the loss under no_grad?",
            root.describe());
 
+  // One entry per node reached: how many edges into it are still to run, and
+  // the gradient summed for it so far (one map, not one per field: each entry
+  // is a heap node).
+  struct Slot {
+    int deps = 0;
+    bool seen = false;
+    Tensor pending;
+  };
+  std::unordered_map<Node*, Slot> slots;
+  slots.reserve(32);
+
   // Pass 1: dependency counts.
-  std::unordered_map<Node*, int> deps;
   std::vector<Node*> stack{root_node.get()};
-  std::unordered_map<Node*, bool> seen{{root_node.get(), true}};
+  slots[root_node.get()].seen = true;
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
     for (auto& e : n->next) {
       if (!e) continue;
-      ++deps[e.get()];
-      if (!seen[e.get()]) {
-        seen[e.get()] = true;
+      Slot& s = slots[e.get()];
+      ++s.deps;
+      if (!s.seen) {
+        s.seen = true;
         stack.push_back(e.get());
       }
     }
@@ -203,13 +214,12 @@ void run_graph(const Tensor& root, const Tensor& grad, bool retain_graph) {
   // each runs in the dtypes its forward ran in.
   NoGradGuard no_grad;
   amp::AutocastOff no_autocast;
-  std::unordered_map<Node*, Tensor> pending{{root_node.get(), grad}};
+  slots[root_node.get()].pending = grad;
   std::vector<std::shared_ptr<Node>> ready{root_node};
   while (!ready.empty()) {
     std::shared_ptr<Node> node = std::move(ready.back());
     ready.pop_back();
-    Tensor g = std::move(pending[node.get()]);
-    pending.erase(node.get());
+    Tensor g = std::move(slots[node.get()].pending);  // the slot stays: its deps are 0 now
     Grads grads;
     if (amp::detect_non_finite_active()) {
       {
@@ -230,7 +240,7 @@ void run_graph(const Tensor& root, const Tensor& grad, bool retain_graph) {
     for (size_t i = 0; i < node->next.size() && i < grads.size(); ++i) {
       auto& next = node->next[i];
       if (!next || !grads[i].defined()) {
-        if (next && --deps[next.get()] == 0) ready.push_back(next);
+        if (next && --slots[next.get()].deps == 0) ready.push_back(next);
         continue;
       }
       Tensor gi = std::move(grads[i]);
@@ -242,15 +252,15 @@ void run_graph(const Tensor& root, const Tensor& grad, bool retain_graph) {
       if (gi.dtype() != meta.dtype && gi.dtype() != meta.grad_dtype) gi = gi.to(meta.dtype);
       HG_CHECK(gi.shape() == meta.shape, "{} backward: gradient {} for input {} has the wrong shape, expected {}",
                node->name, gi.describe(), i, shape_str(meta.shape));
-      auto it = pending.find(next.get());
-      if (it == pending.end() || !it->second.defined()) {
-        pending[next.get()] = std::move(gi);
-      } else if (it->second.dtype() != gi.dtype()) {  // one narrow, one float32: sum in float32
-        it->second = add(it->second.to(meta.grad_dtype), gi.to(meta.grad_dtype));
+      Slot& s = slots[next.get()];
+      if (!s.pending.defined()) {
+        s.pending = std::move(gi);
+      } else if (s.pending.dtype() != gi.dtype()) {  // one narrow, one float32: sum in float32
+        s.pending = add(s.pending.to(meta.grad_dtype), gi.to(meta.grad_dtype));
       } else {
-        it->second = add(it->second, gi);
+        s.pending = add(s.pending, gi);
       }
-      if (--deps[next.get()] == 0) ready.push_back(next);
+      if (--s.deps == 0) ready.push_back(next);
     }
   }
 }
