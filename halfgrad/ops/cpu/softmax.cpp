@@ -41,17 +41,81 @@ struct SoftmaxScratch;  // the tag of this file's per-thread buffer
 // were 40% of the loss's time); column by column the rows' chains overlap.
 // Each row still sees its values in order, so results are as the row loop's.
 template <typename A, typename T>
-void rows_max(const T* x, int64_t nr, int64_t c, A* m) {
+[[gnu::always_inline]] inline void rows_max(const T* x, int64_t nr, int64_t c, A* m) {
   for (int64_t r = 0; r < nr; ++r) m[r] = static_cast<A>(x[r * c]);
   for (int64_t j = 1; j < c; ++j)
     for (int64_t r = 0; r < nr; ++r) m[r] = std::max(m[r], static_cast<A>(x[r * c + j]));
 }
 // s[r] = sum_j f(r * c + j), j ascending.
 template <typename A, typename F>
-void rows_sum(int64_t nr, int64_t c, A* s, F&& f) {
+[[gnu::always_inline]] inline void rows_sum(int64_t nr, int64_t c, A* s, F&& f) {
   for (int64_t r = 0; r < nr; ++r) s[r] = A(0);
   for (int64_t j = 0; j < c; ++j)
     for (int64_t r = 0; r < nr; ++r) s[r] += f(r * c + j);
+}
+
+// A block's two passes around the exp: t = x - max(row), and after it the
+// row sums and y. For float32 also compiled for AVX-512 and AVX2 (below):
+// the baseline build is SSE2, whose 4 lanes fit a 10-class row badly.
+// always_inline: so the clones below compile these bodies for their ISA (a
+// call would run the baseline code)
+template <typename A, typename T>
+[[gnu::always_inline]] inline void block_shift(const T* x, int64_t nr, int64_t c, A* m, A* t) {
+  rows_max(x, nr, c, m);
+  for (int64_t r = 0; r < nr; ++r)
+    for (int64_t j = 0; j < c; ++j) t[r * c + j] = static_cast<A>(x[r * c + j]) - m[r];
+}
+template <typename A, typename T>
+[[gnu::always_inline]] inline void block_normalise(const A* t, const A* e, int64_t nr, int64_t c, A* s, T* y, bool log) {
+  rows_sum(nr, c, s, [&](int64_t i) { return e[i]; });
+  for (int64_t r = 0; r < nr; ++r) {
+    const A* tr = t + r * c;
+    const A* er = e + r * c;
+    T* yr = y + r * c;
+    if (log) {
+      // (x - max) - log(sum), PyTorch's order: max + log(sum) first would round
+      // a confident row's tiny log(sum) (6e-6 next to 12) to 12's ulps
+      const A ls = std::log(s[r]);
+      for (int64_t j = 0; j < c; ++j) yr[j] = static_cast<T>(tr[j] - ls);
+    } else {
+      const A inv = A(1) / s[r];
+      for (int64_t j = 0; j < c; ++j) yr[j] = static_cast<T>(er[j] * inv);
+    }
+  }
+}
+// float32: the same templates in a cloned non-template overload, which a call with float pointers picks.
+HG_TARGET_CLONES void block_shift(const float* x, int64_t nr, int64_t c, float* m, float* t) {
+  block_shift<float, float>(x, nr, c, m, t);
+}
+HG_TARGET_CLONES void block_normalise(const float* t, const float* e, int64_t nr, int64_t c, float* s, float* y,
+                                      bool log) {
+  block_normalise<float, float>(t, e, nr, c, s, y, log);
+}
+
+// A block's input gradient: log_softmax o = g - e * sum(g) (e = exp(y)),
+// softmax o = y * (g - sum(g * y)); for float32 cloned too, as above.
+template <typename A, typename T>
+[[gnu::always_inline]] inline void block_grad(const T* g, const T* y, const A* e, int64_t nr, int64_t c, A* dot, T* o,
+                                              bool log) {
+  if (log) {
+    rows_sum(nr, c, dot, [&](int64_t i) { return static_cast<A>(g[i]); });
+    for (int64_t r = 0; r < nr; ++r)
+      for (int64_t j = 0; j < c; ++j) {
+        const int64_t i = r * c + j;
+        o[i] = static_cast<T>(static_cast<A>(g[i]) - e[i] * dot[r]);
+      }
+  } else {
+    rows_sum(nr, c, dot, [&](int64_t i) { return static_cast<A>(g[i]) * static_cast<A>(y[i]); });
+    for (int64_t r = 0; r < nr; ++r)
+      for (int64_t j = 0; j < c; ++j) {
+        const int64_t i = r * c + j;
+        o[i] = static_cast<T>(static_cast<A>(y[i]) * (static_cast<A>(g[i]) - dot[r]));
+      }
+  }
+}
+HG_TARGET_CLONES void block_grad(const float* g, const float* y, const float* e, int64_t nr, int64_t c, float* dot,
+                                 float* o, bool log) {
+  block_grad<float, float>(g, y, e, nr, c, dot, o, log);
 }
 
 template <typename F>
@@ -77,25 +141,10 @@ void softmax(const Tensor& in, const Tensor& out, bool log) {
       A* e = t + n;
       A* acc = e + n;  // per row: the max, then the sum of the exps
       const scalar_t* xb = x + r0 * c;
-      rows_max(xb, nr, c, acc);
-      for (int64_t r = 0; r < nr; ++r)
-        for (int64_t j = 0; j < c; ++j) t[r * c + j] = static_cast<A>(xb[r * c + j]) - acc[r];
+      scalar_t* yb = y + r0 * c;
+      block_shift(xb, nr, c, acc, t);
       exp_run(t, e, n);
-      rows_sum(nr, c, acc, [&](int64_t i) { return e[i]; });
-      for (int64_t r = 0; r < nr; ++r) {
-        const A* tr = t + r * c;
-        const A* er = e + r * c;
-        scalar_t* yr = y + (r0 + r) * c;
-        if (log) {
-          // (x - max) - log(sum), PyTorch's order: max + log(sum) first would round
-          // a confident row's tiny log(sum) (6e-6 next to 12) to 12's ulps
-          const A ls = std::log(acc[r]);
-          for (int64_t j = 0; j < c; ++j) yr[j] = static_cast<scalar_t>(tr[j] - ls);
-        } else {
-          const A inv = A(1) / acc[r];
-          for (int64_t j = 0; j < c; ++j) yr[j] = static_cast<scalar_t>(er[j] * inv);
-        }
-      }
+      block_normalise(t, e, nr, c, acc, yb, log);
     });
   });
 }
@@ -125,21 +174,11 @@ void softmax_backward(const Tensor& grad_out, const Tensor& y, const Tensor& gra
           for (int64_t i = 0; i < n; ++i) t[i] = static_cast<A>(yb[i]);
           exp_run(t, e, n);
         }
-        rows_sum(nr, c, dot, [&](int64_t i) { return static_cast<A>(gb[i]); });
-        for (int64_t r = 0; r < nr; ++r)
-          for (int64_t j = 0; j < c; ++j) {
-            const int64_t i = r * c + j;
-            ob[i] = static_cast<scalar_t>(static_cast<A>(gb[i]) - e[i] * dot[r]);
-          }
+        block_grad(gb, yb, static_cast<const A*>(e), nr, c, dot, ob, true);
         return;
       }
       A* dot = thread_scratch<SoftmaxScratch, A>(nr);
-      rows_sum(nr, c, dot, [&](int64_t i) { return static_cast<A>(gb[i]) * static_cast<A>(yb[i]); });
-      for (int64_t r = 0; r < nr; ++r)
-        for (int64_t j = 0; j < c; ++j) {
-          const int64_t i = r * c + j;
-          ob[i] = static_cast<scalar_t>(static_cast<A>(yb[i]) * (static_cast<A>(gb[i]) - dot[r]));
-        }
+      block_grad(gb, yb, static_cast<const A*>(nullptr), nr, c, dot, ob, false);
     });
   });
 }
