@@ -4,6 +4,7 @@
 // fails first), so the CUDA branches compile away.
 #include <halfgrad/ops/kernels.h>
 
+#include <halfgrad/core/alias.h>
 #include <halfgrad/core/cuda/runtime.h>
 #include <halfgrad/ops/cpu/cpu_kernels.h>
 #include <halfgrad/ops/util.h>
@@ -224,6 +225,26 @@ void softmax_backward(const Tensor& grad_out, const Tensor& y, const Tensor& gra
 void nll_loss(const Tensor& logp, const Tensor& target, const Tensor& out, int64_t ignore_index, const char* op) {
   HG_BACKEND(logp, cpu::nll_loss(logp, target, out, ignore_index, op),
              cuda_ops::nll_loss(logp, target, out, ignore_index));
+}
+
+void nll_loss_reduced(const Tensor& logp, const Tensor& target, const Tensor& out, const Tensor& count,
+                      int64_t ignore_index, bool mean, const char* op) {
+  if (logp.device().is_cpu()) return cpu::nll_loss_reduced(logp, target, out, count, ignore_index, mean, op);
+  // CUDA: the kernels the ops would run (per-sample loss, its sum; the mask
+  // target != ignore_index as logp's dtype, its sum; the division), without
+  // the dispatcher around each.
+  const int64_t n = logp.shape()[0];
+  const Tensor per = make_tensor({n}, logp.options());
+  nll_loss(logp, target, per, ignore_index, op);
+  const Tensor out1 = alias_with(out, {1}, {1}, out.offset()), count1 = alias_with(count, {1}, {1}, count.offset());
+  reduce(ReduceOp::Sum, per, {0}, out1);
+  const Tensor ignore = ops::scalar_tensor(static_cast<double>(ignore_index), DType::Int64, target.device());
+  const Tensor kept = make_tensor({n}, TensorOptions(DType::Bool, target.device()));
+  binary(BinaryOp::Ne, target, ops::broadcast_to(ignore, {n}), kept);
+  const Tensor kept_f = make_tensor({n}, logp.options());
+  copy(kept_f, kept);
+  reduce(ReduceOp::Sum, kept_f, {0}, count1);
+  if (mean) binary(BinaryOp::Div, out, count, out);
 }
 
 void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& grad_logp, int64_t ignore_index) {

@@ -207,6 +207,14 @@ void softmax_backward(const Tensor& grad_out, const Tensor& y, const Tensor& gra
 // `op` names the user's op in the out-of-range message (nll_loss, cross_entropy).
 void nll_loss(const Tensor& logp, const Tensor& target, const Tensor& out, int64_t ignore_index,
               const char* op = "nll_loss");
+// The reduced loss in one call: out (0-d, logp's dtype) = the sum of
+// -logp[i, target[i]] over the samples whose target is not ignore_index,
+// divided by their count when `mean` (NaN when every target is ignored, as
+// in PyTorch); count (0-d, logp's dtype) receives that count, for backward.
+// The CPU runs one loop (accumulating in double); CUDA runs the per-sample
+// kernel and reductions (no host sync). Targets are checked as nll_loss does.
+void nll_loss_reduced(const Tensor& logp, const Tensor& target, const Tensor& out, const Tensor& count,
+                      int64_t ignore_index, bool mean, const char* op = "nll_loss");
 // grad_logp[i, target[i]] = -grad[i] (other entries 0). grad [N], any stride
 // (0: a reduced loss's one gradient, broadcast), grad_logp [N, C].
 void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& grad_logp, int64_t ignore_index);

@@ -61,16 +61,21 @@ void check_targets(std::string_view op, const Tensor& input, const Tensor& targe
   HG_CHECK(is_floating(input.dtype()), "{}: input {} must be floating", op, input.describe());
 }
 
-// Per-sample losses [N] -> the requested reduction. Mean divides by the
-// number of targets that are not ignore_index (NaN when all are ignored, as
-// in PyTorch). The count stays a tensor on the device: no host sync.
-Tensor reduce_loss(const Tensor& per_sample, Reduction reduction, const Tensor& count) {
-  switch (reduction) {
-    case Reduction::None: return per_sample;
-    case Reduction::Sum: return sum(per_sample);
-    case Reduction::Mean: return div(sum(per_sample), count);
+// The loss from log-probabilities [N, C]: per sample for Reduction::None,
+// else reduced in one kernel call; a mean also keeps its count (the targets
+// that are not ignore_index; NaN loss when all are ignored, as in PyTorch) in
+// *count for backward. The count stays a tensor on the device: no host sync.
+Tensor nll_forward(const char* op, const Tensor& logp, const Tensor& target, Reduction reduction,
+                   int64_t ignore_index, Tensor* count) {
+  if (reduction == Reduction::None) {
+    Tensor per = make_tensor({logp.shape()[0]}, logp.options());
+    kernels::nll_loss(logp, target, per, ignore_index, op);
+    return per;
   }
-  return per_sample;
+  Tensor loss = make_tensor({}, logp.options()), k = make_tensor({}, logp.options());
+  kernels::nll_loss_reduced(logp, target, loss, k, ignore_index, reduction == Reduction::Mean, op);
+  if (reduction == Reduction::Mean) *count = k;
+  return loss;
 }
 
 // The gradient of each sample's loss, from the reduced loss's gradient.
@@ -78,14 +83,6 @@ Tensor per_sample_grad(const Tensor& g, Reduction reduction, int64_t n, const Te
   if (reduction == Reduction::None) return g.contiguous();
   const Tensor gs = reduction == Reduction::Mean ? div(g, count) : g;
   return ops::broadcast_to(gs, {n});  // a stride-0 view: the kernels read grad[i * stride]
-}
-
-// How many targets count toward the mean, as a 0-d tensor of `dtype`.
-// The mask is cast before the sum, so the count is one op fewer than summing
-// bools (which sum casts to int64 first); the sum accumulates in float even
-// for the half types and rounds once, as the int64 count's cast would.
-Tensor target_count(const Tensor& target, int64_t ignore_index, DType dtype) {
-  return sum(ne(target, static_cast<double>(ignore_index)).to(dtype));
 }
 
 }  // namespace
@@ -100,20 +97,17 @@ Tensor nll_loss_op(const char* op, const Tensor& log_probs, const Tensor& target
   ops::check_defined(op, {{"input", &log_probs}, {"target", &target}});
   check_targets(op, log_probs, target);
   const int64_t n = log_probs.shape()[0];
+  auto count = std::make_shared<Tensor>();  // the mean's, kept for backward
   return dispatch::call(
       OpId::nll_loss, {log_probs, target},
       [=](const std::vector<Tensor>& in) {
-        const Tensor lp = in[0].contiguous();
-        Tensor per = make_tensor({n}, lp.options());
-        kernels::nll_loss(lp, in[1].contiguous(), per, ignore_index, op);
-        const Tensor count = reduction == Reduction::Mean ? target_count(in[1], ignore_index, lp.dtype()) : Tensor();
-        return reduce_loss(per, reduction, count);
+        return nll_forward(op, in[0].contiguous(), in[1].contiguous(), reduction, ignore_index, count.get());
       },
       [=](const Saved& s, const Tensor& g) -> Grads {
         const Tensor& t = s.input(1);
-        const Tensor count = reduction == Reduction::Mean ? target_count(t, ignore_index, g.dtype()) : Tensor();
         Tensor glp = make_tensor(s.input(0).shape(), g.options());
-        kernels::nll_loss_backward(per_sample_grad(g, reduction, n, count), t.contiguous(), glp, ignore_index);
+        const Tensor k = count->defined() ? count->to(g.dtype()) : *count;
+        kernels::nll_loss_backward(per_sample_grad(g, reduction, n, k), t.contiguous(), glp, ignore_index);
         return {glp, Tensor()};
       },
       Save::Inputs);
@@ -137,10 +131,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
         const Tensor x = in[0].contiguous();
         *logp = make_tensor(x.shape(), x.options());
         kernels::softmax(x, *logp, /*log=*/true);
-        Tensor per = make_tensor({n}, x.options());
-        kernels::nll_loss(*logp, in[1].contiguous(), per, ignore_index, "cross_entropy");
-        if (reduction == Reduction::Mean) *count = target_count(in[1], ignore_index, x.dtype());
-        return reduce_loss(per, reduction, *count);
+        return nll_forward("cross_entropy", *logp, in[1].contiguous(), reduction, ignore_index, count.get());
       },
       [=](const Saved& s, const Tensor& g) -> Grads {
         const Tensor& t = s.input(1);

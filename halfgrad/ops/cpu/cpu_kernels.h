@@ -46,6 +46,8 @@ void adaptive_avg_pool2d_backward(const Tensor& g, const Tensor& dx);
 void softmax(const Tensor& in, const Tensor& out, bool log);
 void softmax_backward(const Tensor& grad_out, const Tensor& y, const Tensor& grad_in, bool log);
 void nll_loss(const Tensor& logp, const Tensor& target, const Tensor& out, int64_t ignore_index, const char* op);
+void nll_loss_reduced(const Tensor& logp, const Tensor& target, const Tensor& out, const Tensor& count,
+                      int64_t ignore_index, bool mean, const char* op);
 void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& grad_logp, int64_t ignore_index);
 void sort(const Tensor& in, const Tensor& values, const Tensor& indices, bool descending);
 void take_along_dim_backward(const Tensor& g, const Tensor& indices, const Tensor& grad_in);

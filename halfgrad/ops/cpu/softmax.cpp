@@ -204,6 +204,26 @@ void nll_loss(const Tensor& logp, const Tensor& target, const Tensor& out, int64
   });
 }
 
+// One pass over the targets: the sum (in double, rounded once) and the count.
+void nll_loss_reduced(const Tensor& logp, const Tensor& target, const Tensor& out, const Tensor& count,
+                      int64_t ignore_index, bool mean, const char* op) {
+  const int64_t n = logp.shape()[0], c = logp.shape()[1];
+  const int64_t* tg = static_cast<const int64_t*>(target.data_ptr());
+  for (int64_t i = 0; i < n; ++i) check_target(op, tg[i], i, c, ignore_index);
+  HG_DISPATCH_FLOATING(logp.dtype(), "nll_loss", [&] {
+    const scalar_t* lp = static_cast<const scalar_t*>(logp.data_ptr());
+    double sum = 0;
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      if (tg[i] == ignore_index) continue;
+      sum -= static_cast<double>(lp[i * c + tg[i]]);
+      ++k;
+    }
+    *static_cast<scalar_t*>(out.data_ptr()) = static_cast<scalar_t>(mean ? sum / static_cast<double>(k) : sum);
+    *static_cast<scalar_t*>(count.data_ptr()) = static_cast<scalar_t>(static_cast<double>(k));
+  });
+}
+
 void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& grad_logp, int64_t ignore_index) {
   const int64_t n = grad_logp.shape()[0], c = grad_logp.shape()[1];
   const int64_t* tg = static_cast<const int64_t*>(target.data_ptr());
