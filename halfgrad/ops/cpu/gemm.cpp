@@ -475,7 +475,8 @@ void relu_in_place(const GemmArgs& g) {
   T* c = static_cast<T*>(g.c);
   const int64_t rows = g.batch * g.m;
   const bool large = worth_threads(rows * g.n);
-  if (!large && g.c_bs == g.m * g.c_rs && g.c_rs == g.n) return relu_row(c, rows * g.n);  // one dense run
+  const bool dense = (g.batch == 1 || g.c_bs == g.m * g.c_rs) && g.c_rs == g.n;  // one batch: its stride is moot
+  if (!large && dense) return relu_row(c, rows * g.n);  // one run
   parallel_for(rows, large, [&](int64_t r) { relu_row(c + (r / g.m) * g.c_bs + (r % g.m) * g.c_rs, g.n); });
 }
 
