@@ -230,9 +230,14 @@ void nll_loss(const Tensor& logp, const Tensor& target, const Tensor& out, int64
 void nll_loss_reduced(const Tensor& logp, const Tensor& target, const Tensor& out, const Tensor& count,
                       int64_t ignore_index, bool mean, const char* op) {
   if (logp.device().is_cpu()) return cpu::nll_loss_reduced(logp, target, out, count, ignore_index, mean, op);
-  // CUDA: the kernels the ops would run (per-sample loss, its sum; the mask
-  // target != ignore_index as logp's dtype, its sum; the division), without
-  // the dispatcher around each.
+  nll_loss_reduced_by_kernels(logp, target, out, count, ignore_index, mean, op);
+}
+
+// The kernels the ops would run (per-sample loss, its sum; the mask target !=
+// ignore_index as logp's dtype, its sum; the division), without the
+// dispatcher around each.
+void nll_loss_reduced_by_kernels(const Tensor& logp, const Tensor& target, const Tensor& out, const Tensor& count,
+                                 int64_t ignore_index, bool mean, const char* op) {
   const int64_t n = logp.shape()[0];
   const Tensor per = make_tensor({n}, logp.options());
   nll_loss(logp, target, per, ignore_index, op);

@@ -215,6 +215,10 @@ void nll_loss(const Tensor& logp, const Tensor& target, const Tensor& out, int64
 // kernel and reductions (no host sync). Targets are checked as nll_loss does.
 void nll_loss_reduced(const Tensor& logp, const Tensor& target, const Tensor& out, const Tensor& count,
                       int64_t ignore_index, bool mean, const char* op = "nll_loss");
+// nll_loss_reduced's CUDA path, from the other kernels: it runs on CPU tensors
+// too, so the tests check it against the CPU loop on a machine without a GPU.
+void nll_loss_reduced_by_kernels(const Tensor& logp, const Tensor& target, const Tensor& out, const Tensor& count,
+                                 int64_t ignore_index, bool mean, const char* op = "nll_loss");
 // grad_logp[i, target[i]] = -grad[i] (other entries 0). grad [N], any stride
 // (0: a reduced loss's one gradient, broadcast), grad_logp [N, C].
 void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& grad_logp, int64_t ignore_index);

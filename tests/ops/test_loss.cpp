@@ -7,6 +7,8 @@
 
 #include "test_util.h"
 
+#include <halfgrad/ops/kernels.h>
+
 using namespace halfgrad;
 using Catch::Matchers::Contains;
 using hgtest::values;
@@ -138,6 +140,33 @@ TEST_CASE("nll_loss: reductions and ignore_index", "[ops][loss]") {
   const Tensor lp = hgtest::uniform({7, 10}, float32, -4, -0.1).t();
   const Tensor t = targets(10, 7, -100, 0);
   HG_CHECK_CLOSE(nll_loss(lp, t), ref_nll(values(lp), 7, values(t), Reduction::Mean, -100));
+}
+
+// kernels::nll_loss_reduced: the CPU's one loop and the path CUDA takes (the
+// per-sample kernel and reductions, run here on CPU tensors) against the
+// float64 reference, with some, none and all targets ignored.
+TEST_CASE("nll_loss_reduced: the CPU loop and CUDA's kernel path agree with the reference", "[ops][loss]") {
+  const int64_t n = 300, c = 9;
+  for (DType dt : hgtest::kFloatDTypes)
+    for (bool mean : {true, false})
+      for (int n_ignored : {0, 7, static_cast<int>(n)})
+        for (bool by_kernels : {false, true}) {
+          INFO(hgtest::dname(dt) << (mean ? " mean" : " sum") << ", " << n_ignored << " ignored"
+                                 << (by_kernels ? ", CUDA's path" : ", the CPU loop"));
+          const Tensor lp = hgtest::uniform({n, c}, dt, -4, -0.1);
+          Tensor t = targets(n, c, -100, 0);
+          auto* tp = static_cast<int64_t*>(t.data_ptr());
+          for (int k = 0; k < n_ignored; ++k) tp[n_ignored == n ? k : (11 * k + 3) % n] = -100;
+          const Tensor out = zeros({}, dt), count = zeros({}, dt);
+          if (by_kernels) kernels::nll_loss_reduced_by_kernels(lp, t, out, count, -100, mean);
+          else kernels::nll_loss_reduced(lp, t, out, count, -100, mean);
+          const Reduction r = mean ? Reduction::Mean : Reduction::Sum;
+          const double want = ref_nll(values(lp), c, values(t), r, -100)[0];
+          if (std::isnan(want)) CHECK(std::isnan(out.item()));
+          else HG_CHECK_CLOSE(out, std::vector<double>{want});
+          // the count in the loss's dtype (bfloat16 rounds 293 to 292)
+          CHECK(count.item() == values(hgtest::make({static_cast<double>(n - n_ignored)}, {1}, dt))[0]);
+        }
 }
 
 TEST_CASE("cross_entropy: reductions, ignore_index, strided logits", "[ops][loss]") {
