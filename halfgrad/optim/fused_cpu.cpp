@@ -53,8 +53,7 @@ HG_TARGET_CLONES void adam_range(float* p, float* g, float* m, float* v,
 // Run `range(begin, count)` over [0, n) in chunks, in parallel when it pays.
 template <typename Range>
 void chunked(int64_t n, Range range) {
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-  cpu::parallel_for(chunks, chunks > 4, [&](int64_t c) { range(c * kChunk, std::min(kChunk, n - c * kChunk)); });
+  cpu::for_chunks(n, kChunk, n > 4 * kChunk, range);
 }
 }  // namespace
 

@@ -40,6 +40,8 @@ void unary(UnaryOp op, const Tensor& in, const Tensor& out, kernels::UnaryParams
 }
 
 namespace {
+constexpr int64_t kChunk = 16384;  // elements per task of the flat bfloat16 loops below
+
 // bfloat16 ReLU backward, out = y <= 0 ? 0 : g, on the bits: y <= 0 is a zero
 // magnitude or the sign bit with a magnitude up to inf; a NaN y passes g, as
 // the float test does. AMP's backward runs it over every hidden activation,
@@ -61,11 +63,7 @@ bool bfloat16_relu_backward(const Tensor& g, const Tensor& y, const Tensor& out)
   auto* o = static_cast<uint16_t*>(out.data_ptr());
   const auto* gp = static_cast<const uint16_t*>(g.data_ptr());
   const auto* yp = static_cast<const uint16_t*>(y.data_ptr());
-  constexpr int64_t kChunk = 16384;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-  parallel_for(chunks, worth_threads(n), [&](int64_t c) {
-    relu_backward_bits(o + c * kChunk, gp + c * kChunk, yp + c * kChunk, std::min(kChunk, n - c * kChunk));
-  });
+  for_chunks(n, kChunk, worth_threads(n), [&](int64_t i, int64_t m) { relu_backward_bits(o + i, gp + i, yp + i, m); });
   return true;
 }
 }  // namespace
@@ -133,17 +131,13 @@ bool bfloat16_cast_fast_path(const Tensor& dst, const Tensor& src) {
   if (dst.dtype() == DType::BFloat16 && src.dtype() == DType::Float32) {
     auto* d = static_cast<uint16_t*>(dst.data_ptr());
     const auto* s = static_cast<const float*>(src.data_ptr());
-    constexpr int64_t kChunk = 16384;
-    const int64_t chunks = (n + kChunk - 1) / kChunk;
-    parallel_for(chunks, worth_threads(n), [&](int64_t c) { to_bfloat16(d + c * kChunk, s + c * kChunk, std::min(kChunk, n - c * kChunk)); });
+    for_chunks(n, kChunk, worth_threads(n), [&](int64_t i, int64_t m) { to_bfloat16(d + i, s + i, m); });
     return true;
   }
   if (dst.dtype() == DType::Float32 && src.dtype() == DType::BFloat16) {
     auto* d = static_cast<float*>(dst.data_ptr());
     const auto* s = static_cast<const uint16_t*>(src.data_ptr());
-    constexpr int64_t kChunk = 16384;
-    const int64_t chunks = (n + kChunk - 1) / kChunk;
-    parallel_for(chunks, worth_threads(n), [&](int64_t c) { from_bfloat16(d + c * kChunk, s + c * kChunk, std::min(kChunk, n - c * kChunk)); });
+    for_chunks(n, kChunk, worth_threads(n), [&](int64_t i, int64_t m) { from_bfloat16(d + i, s + i, m); });
     return true;
   }
   return false;

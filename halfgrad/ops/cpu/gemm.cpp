@@ -358,22 +358,6 @@ void execute(const CachedPrimitive& p, const void* a, const void* b, const void*
       pad ? dnnl::memory(p.scratchpad, eng, pad) : dnnl::memory());
 }
 
-// omp_set_num_threads(1) for a scope, on this thread only (the setting is
-// per thread), and back.
-struct SerialScope {
-  int prev = 0;
-  explicit SerialScope(bool on) {
-    if (on && omp_get_max_threads() > 1) {
-      prev = omp_get_max_threads();
-      omp_set_num_threads(1);
-    }
-  }
-  ~SerialScope() {
-    if (prev > 0) omp_set_num_threads(prev);
-  }
-  SerialScope(const SerialScope&) = delete;
-  SerialScope& operator=(const SerialScope&) = delete;
-};
 
 // C = A @ B (+ bias) (+ beta * C) for plain layouts, through a cached primitive.
 void matmul(DType dtype, const Layout& a, const void* a_ptr, const Layout& b, const void* b_ptr,

@@ -8,7 +8,10 @@
 // `#pragma omp parallel for if (small)`: GCC's libgomp still builds a
 // one-thread team for it, a malloc and a free per loop, which was 5% of a
 // small training step. parallel_for runs the plain loop instead.
+#include <algorithm>
 #include <cstdint>
+
+#include <omp.h>
 
 namespace halfgrad::cpu {
 
@@ -33,5 +36,32 @@ void parallel_for(int64_t n, bool parallel, F&& f) {
     for (int64_t i = 0; i < n; ++i) f(i);
   }
 }
+
+// run(begin, count) over [0, n) in chunks of `chunk` elements, the chunks on
+// the team when `parallel`: the shape of every flat loop over a tensor's
+// elements (casts, ReLU backward on bits, the fused optimizers).
+template <typename F>
+void for_chunks(int64_t n, int64_t chunk, bool parallel, F&& run) {
+  const int64_t chunks = (n + chunk - 1) / chunk;
+  parallel_for(chunks, parallel, [&](int64_t c) { run(c * chunk, std::min(chunk, n - c * chunk)); });
+}
+
+// omp_set_num_threads(1) for a scope, on this thread only (the setting is per
+// thread), and back: for a library call (oneDNN) that picks its own thread
+// count from the OpenMP setting.
+struct SerialScope {
+  int prev = 0;
+  explicit SerialScope(bool on) {
+    if (on && omp_get_max_threads() > 1) {
+      prev = omp_get_max_threads();
+      omp_set_num_threads(1);
+    }
+  }
+  ~SerialScope() {
+    if (prev > 0) omp_set_num_threads(prev);
+  }
+  SerialScope(const SerialScope&) = delete;
+  SerialScope& operator=(const SerialScope&) = delete;
+};
 
 }  // namespace halfgrad::cpu

@@ -175,19 +175,21 @@ void column_block(const T* in, int64_t r, int64_t inner, racc_t<T>* acc, bool pa
   });
 }
 
+struct OuterScratch;  // reduce_outer's column sums, this thread's (column_block fills every one)
+
 template <typename T>
 void reduce_outer(ReduceOp op, const T* in, int64_t r, int64_t inner, const Tensor& out) {
   using A = racc_t<T>;
-  std::vector<A> acc(static_cast<size_t>(inner));
+  A* acc = thread_scratch<OuterScratch, A>(inner);
   if (r <= kRowBlock) {
-    column_block(in, r, inner, acc.data(), true);
+    column_block(in, r, inner, acc, true);
   } else {
     const int64_t blocks = (r + kRowBlock - 1) / kRowBlock;
     std::vector<A> part(static_cast<size_t>(blocks * inner));
     parallel_for(blocks, worth_threads(r * inner), [&](int64_t b) {
       column_block(in + b * kRowBlock * inner, std::min(kRowBlock, r - b * kRowBlock), inner, &part[b * inner], false);
     });
-    column_block(part.data(), blocks, inner, acc.data(), true);
+    column_block(part.data(), blocks, inner, acc, true);
   }
   T* o = static_cast<T*>(out.data_ptr());
   for (int64_t j = 0; j < inner; ++j) o[j] = static_cast<T>(op == ReduceOp::Mean ? acc[j] / static_cast<A>(r) : acc[j]);

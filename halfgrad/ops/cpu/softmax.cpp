@@ -4,7 +4,6 @@
 // exps of a block of rows run as one vectorised loop (ops/cpu/vec_math.h).
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include <halfgrad/ops/cpu/cpu_kernels.h>
 #include <halfgrad/ops/cpu/parallel.h>
