@@ -38,6 +38,12 @@ const Tensor& Saved::input(size_t i) const {
   return inputs[i].get(op);
 }
 
+Tensor Saved::take_input(size_t i) {
+  Tensor t = input(i);  // checks what input() checks
+  if (!retained) inputs[i].reset();
+  return t;
+}
+
 const Tensor& Saved::extra(size_t i) const {
   HG_CHECK(i < extras.size(), "{} backward: its forward kept {} tensors, asked for number {} (internal error)", op,
            extras.size(), i);
@@ -58,11 +64,12 @@ Node::~Node() {
   }
 }
 
-Grads FunctionNode::apply(const Tensor& grad_output) {
+Grads FunctionNode::apply(const Tensor& grad_output, bool retain_graph) {
   HG_CHECK(!released,
            "{} backward: trying to backward through the graph a second time (or to use saved tensors after "
            "they were freed). Pass retain_graph=true to the first backward() if you need to run it twice.",
            name);
+  saved.retained = retain_graph;
   return backward(saved, grad_output);
 }
 
@@ -74,7 +81,7 @@ void FunctionNode::release() {
   released = true;
 }
 
-Grads AccumulateGrad::apply(const Tensor& grad_output) {
+Grads AccumulateGrad::apply(const Tensor& grad_output, bool) {
   auto impl = leaf.lock();
   if (!impl) return {};
   decltype(hooks) run;  // a copy, taken under the lock: a hook may remove itself
@@ -224,7 +231,7 @@ void run_graph(const Tensor& root, const Tensor& grad, bool retain_graph) {
     if (amp::detect_non_finite_active()) {
       {
         amp::SuppressNonFiniteChecks formula;  // its inner ops are not the user's
-        grads = node->apply(g);
+        grads = node->apply(g, retain_graph);
       }
       // only the gradients backward passes on: a formula may also compute one
       // for an input that needs none (a scalar wrapped as a tensor), unused
@@ -233,7 +240,7 @@ void run_graph(const Tensor& root, const Tensor& grad, bool retain_graph) {
         if (node->next[i]) used[i] = grads[i];
       amp::detail_check_non_finite("backward", node->name, "backward", {g}, used);
     } else {
-      grads = node->apply(g);
+      grads = node->apply(g, retain_graph);
     }
     g = Tensor();  // drop our reference so AccumulateGrad can take ownership
     if (!retain_graph) node->release();

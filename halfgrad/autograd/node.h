@@ -47,7 +47,15 @@ struct Saved {
   // rounding to bfloat16 and the cast back.
   std::vector<DType> grad_dtypes;
   std::vector<SavedTensor> extras;  // what the forward kept for backward (dispatch::save_for_backward)
+  // False while a backward that frees the graph after it (no retain_graph)
+  // runs the formula: then take_input may move a saved input out.
+  bool retained = true;
   const Tensor& input(size_t i) const;
+  // Input i for a formula that keeps the only handle from here on, so that it
+  // can free the tensor at its last read (linear_chain frees each layer's
+  // weight copy before making the weight's gradient): moved out of the node
+  // when the graph will not run again, a copy when it will (retain_graph).
+  Tensor take_input(size_t i);
   const Tensor& extra(size_t i) const;
   const Tensor& output() const { return out.get(op); }
 };
@@ -67,18 +75,20 @@ struct Node {
   // Frees the nodes it alone keeps alive one at a time, not recursively:
   // a long chain (total = total + loss, 200k times) would overflow the stack.
   virtual ~Node();
-  virtual Grads apply(const Tensor& grad_output) = 0;
+  // retain_graph: the graph may run again (its saved tensors must stay)
+  virtual Grads apply(const Tensor& grad_output, bool retain_graph) = 0;
   virtual void release() {}  // free saved tensors once the graph has been run
 };
 
-using BackwardFn = std::function<Grads(const Saved&, const Tensor& grad_output)>;
+// Formulas take `const Saved&` but for the few that take_input.
+using BackwardFn = std::function<Grads(Saved&, const Tensor& grad_output)>;
 
 // The node the dispatcher records for an op: saved tensors + formula.
 struct FunctionNode final : Node {
   Saved saved;
   BackwardFn backward;
   bool released = false;
-  Grads apply(const Tensor& grad_output) override;
+  Grads apply(const Tensor& grad_output, bool retain_graph) override;
   void release() override;
 };
 
@@ -89,7 +99,7 @@ struct AccumulateGrad final : Node {
   // autograd/hooks.h: run after each accumulation, outside the lock
   std::vector<std::pair<int64_t, std::function<void(const Tensor&)>>> hooks;
   int64_t next_hook_id = 0;
-  Grads apply(const Tensor& grad_output) override;
+  Grads apply(const Tensor& grad_output, bool retain_graph) override;
 
  private:
   void accumulate(TensorImpl& leaf_impl, const Tensor& grad_output);

@@ -2,10 +2,12 @@
 // class, one mutex, counters.
 #include <halfgrad/core/host_cache.h>
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cstdlib>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include <halfgrad/core/error.h>
@@ -30,6 +32,10 @@ constexpr bool kCachingByDefault = true;
 constexpr size_t kMinBlock = 64;  // also the alignment
 constexpr int kClassesPerOctave = 4;
 constexpr int kOctaves = 64;
+// From here up a block is "large" (PyTorch's CUDA allocator draws its line
+// between small and large blocks at 1 MiB too): few in number, so a cached
+// one may serve a smaller request (see allocate).
+constexpr size_t kLargeBlock = size_t{1} << 20;
 
 // Class index of n: 0 for n <= 64, else 2^k * (1 + s/4) for the smallest such
 // size >= n (s = 1..4), the class's bytes rounded up to whole 64-byte lines
@@ -59,9 +65,22 @@ struct Cache {
   std::mutex mutex;
   // index 0 (<= 64 B), then four per octave from 2^6 < n <= 2^7 up to 2^63 < n
   std::array<std::vector<void*>, (kOctaves - 6) * kClassesPerOctave + 1> free_lists;
+  // Large blocks handed out for a smaller request's class: the class they
+  // go back to when freed.
+  std::unordered_map<void*, int> lent_up;
   Stats stats;
   bool on = kCachingByDefault;
   uint64_t limit = uint64_t{1} << 30;
+
+  // Takes a cached block of class `index` (lock held), or nullptr.
+  void* take(int index) {
+    auto& list = free_lists[static_cast<size_t>(index)];
+    if (list.empty()) return nullptr;
+    void* p = list.back();
+    list.pop_back();
+    stats.cached_bytes -= class_bytes(index);
+    return p;
+  }
 
   // Frees cached blocks until at most `keep` bytes are cached (lock held).
   void trim(uint64_t keep) {
@@ -91,24 +110,46 @@ Cache& cache() {
 
 }  // namespace
 
+// A large request with its own class empty takes a cached block of up to
+// twice its size. The case it is for: autocast's bfloat16 copy of a weight
+// lives from the forward until its layer's backward, and the weight's float32
+// gradient is made just after (half the copy's class, then the class itself).
+// Served by the gradient's block of the step before (freed by zero_grad), the
+// copy costs no memory of its own. And a large request that misses first
+// gives back the cached blocks of between half its size and its size: the
+// block it now makes can serve their requests, so keeping them would only
+// hold memory (in the first step, the copies' blocks, freed just before their
+// gradients' bigger blocks are made). In steady state nothing misses, so
+// nothing is given back.
 void* allocate(size_t nbytes) {
   const SizeClass sc = size_class(nbytes);
+  const bool large = sc.bytes >= kLargeBlock;
   Cache& c = cache();
+  std::vector<void*> smaller;  // given back after the lock
   {
     std::lock_guard<std::mutex> lock(c.mutex);
     ++c.stats.allocations;
     c.stats.in_use_bytes += nbytes;
     if (c.stats.in_use_bytes > c.stats.peak_in_use_bytes) c.stats.peak_in_use_bytes = c.stats.in_use_bytes;
-    auto& list = c.free_lists[static_cast<size_t>(sc.index)];
-    if (!list.empty()) {
-      void* p = list.back();
-      list.pop_back();
-      c.stats.cached_bytes -= sc.bytes;
+    if (void* p = c.take(sc.index)) {
       ++c.stats.cache_hits;
       return p;
     }
+    if (large) {
+      const int top = std::min(sc.index + kClassesPerOctave, static_cast<int>(c.free_lists.size()) - 1);
+      for (int k = sc.index + 1; k <= top; ++k)
+        if (void* p = c.take(k)) {
+          c.lent_up.emplace(p, k);
+          ++c.stats.cache_hits;
+          return p;
+        }
+      for (int k = std::max(sc.index - kClassesPerOctave, 0); k < sc.index; ++k)
+        while (void* p = c.take(k)) smaller.push_back(p);
+      c.stats.system_frees += smaller.size();
+    }
     ++c.stats.system_allocations;
   }
+  for (void* p : smaller) std::free(p);
   void* p = std::aligned_alloc(kMinBlock, sc.bytes);  // outside the lock: the system may take a while
   if (p == nullptr) {
     {
@@ -129,11 +170,16 @@ void* allocate(size_t nbytes) {
 
 void release(void* p, size_t nbytes) {
   if (p == nullptr) return;
-  const SizeClass sc = size_class(nbytes);
+  SizeClass sc = size_class(nbytes);
   Cache& c = cache();
   {
     std::lock_guard<std::mutex> lock(c.mutex);
     c.stats.in_use_bytes -= nbytes;
+    if (sc.bytes >= kLargeBlock && !c.lent_up.empty())
+      if (auto it = c.lent_up.find(p); it != c.lent_up.end()) {
+        sc = {it->second, class_bytes(it->second)};  // back to its own class
+        c.lent_up.erase(it);
+      }
     if (c.on && c.stats.cached_bytes + sc.bytes <= c.limit) {
       c.free_lists[static_cast<size_t>(sc.index)].push_back(p);
       c.stats.cached_bytes += sc.bytes;

@@ -142,19 +142,18 @@ std::vector<Tensor> linear_chain(const std::vector<Tensor>& h, const std::vector
   return saved;
 }
 
-void linear_chain_backward(const Tensor& g, const std::vector<Tensor>& h, const std::vector<Tensor>& w,
-                           const std::vector<Activation>& act, const std::vector<Tensor>& saved, const Tensor& dx,
-                           const std::vector<Tensor>& dw, const std::vector<Tensor>& db) {
-  HG_BACKEND(g, cpu::linear_chain_backward(g, h, w, act, saved, dx, dw, db),
-             cuda_ops::linear_chain_backward(g, h, w, epilogues(act), saved, dx, dw, db));
+void linear_chain_backward(const Tensor& g, const std::vector<Tensor>& h, const std::vector<Activation>& act,
+                           const std::vector<Tensor>& saved, const Tensor& dx, std::vector<ChainLayerGrad>& layers) {
+  HG_BACKEND(g, cpu::linear_chain_backward(g, h, act, saved, dx, layers),
+             cuda_ops::linear_chain_backward(g, h, epilogues(act), saved, dx, layers));
 }
 
-int64_t linear_chain_lowest(const Tensor& dx, const std::vector<Tensor>& dw, const std::vector<Tensor>& db) {
+int64_t linear_chain_lowest(const Tensor& dx, const std::vector<ChainLayerGrad>& layers) {
   if (dx.defined()) return -1;
-  const int64_t layers = static_cast<int64_t>(dw.size());
-  for (int64_t i = 0; i < layers; ++i)
-    if (dw[i].defined() || db[i].defined()) return i;
-  return layers;
+  const int64_t count = static_cast<int64_t>(layers.size());
+  for (int64_t i = 0; i < count; ++i)
+    if (layers[i].dw_wanted || layers[i].db.defined()) return i;
+  return count;
 }
 
 void conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const ConvGeometry& g, const Tensor& y) {

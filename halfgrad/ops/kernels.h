@@ -94,16 +94,40 @@ void linear_act_backward(const Tensor& g, const Tensor& x2, const Tensor& w, Act
 // the backend's own state (the one thing a kernel allocates): pass it back unchanged.
 std::vector<Tensor> linear_chain(const std::vector<Tensor>& h, const std::vector<Tensor>& w,
                                  const std::vector<Tensor>& b, const std::vector<Activation>& act, bool keep);
-// Its backward, top down, from g = dL/dh[layers]: dx = dL/dh[0], dw[i], db[i] (each undefined:
-// not wanted). h[layers] is read only for a ReLU on the last layer. Layers below the lowest
-// wanted gradient do no work (their h[i] and w[i] may be undefined). On CUDA each hidden
+// One layer of that backward. The kernel holds the only handle of the weight w
+// and drops it after the layer's last GEMM that reads it; only then does it
+// make dw (when wanted, in dw_dtype), so a layer's weight copy (autocast's
+// bfloat16 weight) and its float32 gradient are never alive together. db is
+// made by the caller (undefined: not wanted).
+struct ChainLayerGrad {
+  Tensor w;
+  bool dw_wanted = false;
+  DType dw_dtype = DType::Float32;
+  Tensor dw, db;
+  // Makes dw (when wanted) in w's shape, on its device (CUDA: before the GEMM that reads both).
+  void make_dw() { make_dw(w.shape(), w.device()); }
+  // After the layer's last read of w: drops it first, then makes dw, which can have its memory.
+  void weight_read() {
+    const Shape shape = w.shape();
+    const Device device = w.device();
+    w = Tensor();
+    make_dw(shape, device);
+  }
+
+ private:
+  void make_dw(const Shape& shape, Device device) {
+    if (dw_wanted) dw = make_tensor(shape, TensorOptions(dw_dtype).device(device));
+  }
+};
+// Its backward, top down, from g = dL/dh[layers]: dx = dL/dh[0] (undefined: not wanted) and
+// each layer's dw, db. h[layers] is read only for a ReLU on the last layer. Layers below the
+// lowest wanted gradient do no work (their h[i] and w may be undefined). On CUDA each hidden
 // layer's dReLU/dGELU and bias gradient ride in the epilogue of the dx GEMM of the layer above.
-void linear_chain_backward(const Tensor& g, const std::vector<Tensor>& h, const std::vector<Tensor>& w,
-                           const std::vector<Activation>& act, const std::vector<Tensor>& saved, const Tensor& dx,
-                           const std::vector<Tensor>& dw, const std::vector<Tensor>& db);
+void linear_chain_backward(const Tensor& g, const std::vector<Tensor>& h, const std::vector<Activation>& act,
+                           const std::vector<Tensor>& saved, const Tensor& dx, std::vector<ChainLayerGrad>& layers);
 // Where that backward stops: -1 when dx is wanted, else the lowest layer with a wanted dw or
 // db (the layer count when none is). Layer i computes its input gradient only when i > this.
-int64_t linear_chain_lowest(const Tensor& dx, const std::vector<Tensor>& dw, const std::vector<Tensor>& db);
+int64_t linear_chain_lowest(const Tensor& dx, const std::vector<ChainLayerGrad>& layers);
 
 // Convolution with 1 to 3 spatial dims (ops/conv.cpp; CPU: ops/cpu/conv.cpp on
 // oneDNN, CUDA: ops/cuda/conv.cu on cuDNN). Tensors are [N, C, *spatial]:

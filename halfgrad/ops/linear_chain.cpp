@@ -98,7 +98,7 @@ Tensor linear_chain(const Tensor& x, const std::vector<Tensor>& weights, const s
         out_shape.back() = h.back().shape()[1];
         return h.back().view(out_shape);
       },
-      [acts = activations, x_shape = x.shape()](const dispatch::Saved& s, const Tensor& g) -> dispatch::Grads {
+      [acts = activations, x_shape = x.shape()](dispatch::Saved& s, const Tensor& g) -> dispatch::Grads {
         const int64_t layers = static_cast<int64_t>(acts.size());
         // Only the gradients someone needs (PyTorch's needs_input_grad), and only the
         // saved tensors those read: nothing below the lowest wanted gradient.
@@ -106,27 +106,32 @@ Tensor linear_chain(const Tensor& x, const std::vector<Tensor>& weights, const s
         for (int64_t i = layers - 1; i >= 0; --i)
           if (s.needs_grad[1 + 2 * i] || s.needs_grad[2 + 2 * i]) lowest = std::min(lowest, i);
         const Tensor g2 = rows_of(g).contiguous();
-        std::vector<Tensor> h{lowest <= 0 ? ops::gemm_operand(rows_of(s.input(0))) : Tensor()}, w, dw, db;
+        std::vector<Tensor> h{lowest <= 0 ? ops::gemm_operand(rows_of(s.input(0))) : Tensor()};
         for (int64_t i = 0; i + 1 < layers; ++i) h.push_back(s.extra(static_cast<size_t>(i)));
         // the output is saved (Save::Both) only when the last layer's ReLU needs it
         h.push_back(acts.back() == Activation::ReLU ? s.output().reshape(g2.shape()) : Tensor());
+        std::vector<kernels::ChainLayerGrad> grads_of(static_cast<size_t>(layers));
         for (int64_t i = 0; i < layers; ++i) {
-          w.push_back(i >= lowest ? ops::gemm_operand(s.input(1 + 2 * i)) : Tensor());
+          kernels::ChainLayerGrad& layer = grads_of[static_cast<size_t>(i)];
+          // the kernel holds the weight's only handle (when the graph is not kept), so
+          // it can free an autocast copy at its last read, before making its gradient
+          if (i >= lowest) layer.w = ops::gemm_operand(s.take_input(1 + 2 * i));
+          layer.dw_wanted = s.needs_grad[1 + 2 * i];
           // AMP on the CPU: a weight cast from float32 gets its gradient in float32 straight from the
           // GEMM's float32 sums (oneDNN writes them from bfloat16 operands): no rounding to bfloat16
           // and no cast pass back to the master weight (Saved::grad_dtypes)
-          const DType dw_dtype = g.device().is_cpu() ? s.grad_dtypes[1 + 2 * i] : g.dtype();
-          dw.push_back(s.needs_grad[1 + 2 * i] ? make_tensor(w[i].shape(), g.options().dtype(dw_dtype)) : Tensor());
-          db.push_back(s.needs_grad[2 + 2 * i] ? make_tensor({w[i].shape()[0]}, g.options()) : Tensor());
+          layer.dw_dtype = g.device().is_cpu() ? s.grad_dtypes[1 + 2 * i] : g.dtype();
+          if (s.needs_grad[2 + 2 * i]) layer.db = make_tensor({layer.w.shape()[0]}, g.options());
         }
-        const Tensor dx = s.needs_grad[0] ? make_tensor({g2.shape()[0], w[0].shape()[1]}, g.options()) : Tensor();
+        const Tensor dx =
+            s.needs_grad[0] ? make_tensor({g2.shape()[0], grads_of[0].w.shape()[1]}, g.options()) : Tensor();
         std::vector<Tensor> state;  // the backend's, after the hidden outputs
         for (size_t i = static_cast<size_t>(layers - 1); i < s.extras.size(); ++i) state.push_back(s.extra(i));
-        kernels::linear_chain_backward(g2, h, w, acts, state, dx, dw, db);
+        kernels::linear_chain_backward(g2, h, acts, state, dx, grads_of);
         dispatch::Grads grads{dx.defined() && x_shape.size() != 2 ? dx.view(x_shape) : dx};
-        for (int64_t i = 0; i < layers; ++i) {
-          grads.push_back(dw[i]);
-          grads.push_back(db[i]);
+        for (kernels::ChainLayerGrad& layer : grads_of) {
+          grads.push_back(std::move(layer.dw));
+          grads.push_back(std::move(layer.db));
         }
         return grads;
       },

@@ -108,3 +108,47 @@ TEST_CASE("CPU autocast: one cast weight, a float32 and a bfloat16 gradient, sum
   CHECK(rel_err(w.grad(), ref) < 1e-2);  // the matmul half was rounded to bfloat16
   CHECK(rel_err(w.grad(), ref) > 0);
 }
+
+// The bfloat16 copies of big weights cost no memory at the peak: linear_chain's
+// backward frees each copy after its layer's last GEMM read it and only then
+// makes the float32 gradient (kernels::ChainLayerGrad), unless the graph is
+// kept for another backward (retain_graph), which must find the copies.
+TEST_CASE("CPU autocast: a fused Sequential frees each weight copy before making its gradient", "[amp][autocast]") {
+  namespace hm = hg::host_memory;
+  hg::manual_seed(24);
+  const int64_t width = 1024;
+  hg::nn::Sequential model(hg::nn::Linear(width, width), hg::nn::ReLU(), hg::nn::Linear(width, width),
+                           hg::nn::ReLU(), hg::nn::Linear(width, 16));
+  const Tensor x = hg::randn({4, width});
+  const double weights = 2.0 * width * width + 16.0 * width;  // elements
+  const double grad_bytes = 4 * weights, copy_bytes = 2 * weights;
+  // the rise of tensor memory in use over a backward, and the gradients it gave
+  auto backward_rise = [&](bool retain) {
+    model.zero_grad();
+    Tensor y;
+    {
+      hg::amp::autocast region(hg::kCPU);
+      y = model(x);
+    }
+    const Tensor loss = y.to(hg::kFloat).sum();
+    const uint64_t before = hm::stats().in_use_bytes;
+    hm::reset_peak();
+    loss.backward(Tensor(), retain);
+    const double rise = static_cast<double>(hm::stats().peak_in_use_bytes - before);
+    std::vector<Tensor> grads;
+    for (const auto& p : model.parameters()) grads.push_back(p.grad().clone());
+    if (retain) {  // the kept graph runs again, to the same gradients (accumulated: twice them)
+      loss.backward();
+      const auto ps = model.parameters();
+      for (size_t i = 0; i < ps.size(); ++i) CHECK(hg::allclose(ps[i].grad(), grads[i] * 2.0, 1e-5, 1e-6));
+    }
+    return std::make_pair(rise, grads);
+  };
+  const auto [freed, g1] = backward_rise(false);
+  const auto [kept, g2] = backward_rise(true);
+  INFO("rise over backward: " << freed << " bytes freeing the copies, " << kept << " keeping them; gradients "
+                              << grad_bytes << ", copies " << copy_bytes);
+  CHECK(kept >= grad_bytes);                      // every gradient made while the copies live
+  CHECK(freed <= grad_bytes - 0.75 * copy_bytes);  // the copies went first
+  for (size_t i = 0; i < g1.size(); ++i) CHECK(hg::equal(g1[i], g2[i]));
+}

@@ -108,3 +108,80 @@ TEST_CASE("host cache: a training loop in steady state asks the system for nothi
   CHECK(after.system_allocations == before.system_allocations);  // ...all of it from the cache
   CHECK(after.in_use_bytes == before.in_use_bytes);              // and hold nothing more after a step
 }
+
+TEST_CASE("host cache: a large request takes a cached block of up to twice its size, which goes back to its class",
+          "[core][host_cache]") {
+  CachingOn on;
+  hm::empty_cache();
+  const size_t big = size_t{4} << 20;
+  void* p = hm::allocate(big);
+  hm::release(p, big);
+  const auto before = hm::stats();
+  void* q = hm::allocate(big / 2);  // its own class is empty: the cached 4 MiB block serves it
+  CHECK(q == p);
+  CHECK(hm::stats().system_allocations == before.system_allocations);
+  CHECK(hm::stats().cached_bytes == 0);
+  hm::release(q, big / 2);
+  CHECK(hm::stats().cached_bytes == before.cached_bytes);  // back as the 4 MiB block it is
+  void* r = hm::allocate(big);
+  CHECK(r == p);
+  hm::release(r, big);
+  // more than twice: not taken (and this miss leaves the 4 MiB block, too big to be given back)
+  void* s = hm::allocate(big / 2 - (big / 8));
+  CHECK(s != p);
+  hm::release(s, big / 2 - (big / 8));
+  // small blocks keep to their class
+  void* a = hm::allocate(1000);  // class 1024
+  hm::release(a, 1000);
+  void* b = hm::allocate(700);  // class 768
+  CHECK(b != a);
+  hm::release(b, 700);
+  hm::empty_cache();
+  CHECK(hm::stats().cached_bytes == 0);
+}
+
+TEST_CASE("host cache: a large miss gives back the cached blocks of half its size up to its size", "[core][host_cache]") {
+  CachingOn on;
+  hm::empty_cache();
+  const size_t big = size_t{8} << 20;
+  void* half = hm::allocate(big / 2);
+  void* quarter = hm::allocate(big / 4);
+  hm::release(half, big / 2);
+  hm::release(quarter, big / 4);
+  const auto before = hm::stats();
+  void* p = hm::allocate(big);  // misses: the half block goes back to the system, the quarter stays
+  const auto after = hm::stats();
+  CHECK(after.system_allocations == before.system_allocations + 1);
+  CHECK(after.system_frees == before.system_frees + 1);
+  CHECK(after.cached_bytes < before.cached_bytes);
+  CHECK(after.cached_bytes >= big / 4);
+  hm::release(p, big);
+  hm::empty_cache();
+}
+
+// What autocast does to a big Linear's memory, as the allocator sees it: each
+// step zero_grad frees the float32 gradient, the forward makes the weight's
+// bfloat16 copy (half its size), the backward frees the copy and then makes the
+// gradient. After the first step the copy lives in the gradient's block of the
+// step before: nothing more is cached than the gradient itself.
+TEST_CASE("host cache: a weight copy and its gradient share one block in steady state", "[core][host_cache]") {
+  CachingOn on;
+  hm::empty_cache();
+  const size_t grad_bytes = size_t{16} << 20, copy_bytes = grad_bytes / 2;
+  void* grad = nullptr;
+  auto step = [&] {
+    if (grad) hm::release(grad, grad_bytes);  // zero_grad
+    void* copy = hm::allocate(copy_bytes);    // forward
+    hm::release(copy, copy_bytes);            // backward: the weight's last read...
+    grad = hm::allocate(grad_bytes);          // ...then its gradient
+  };
+  step();
+  const auto first = hm::stats();
+  CHECK(first.cached_bytes == 0);  // the copy's block went back when the gradient's missed
+  for (int i = 0; i < 4; ++i) step();
+  const auto later = hm::stats();
+  CHECK(later.system_allocations == first.system_allocations);
+  CHECK(later.cached_bytes == 0);
+  hm::release(grad, grad_bytes);
+  hm::empty_cache();
+}

@@ -16,11 +16,15 @@ void linear_act(const Tensor& x2, const Tensor& w, const Tensor& bias, kernels::
                 const Tensor& pre);
 void linear_act_backward(const Tensor& g, const Tensor& x2, const Tensor& w, kernels::Activation act,
                          const Tensor& saved, const Tensor& dx, const Tensor& dw, const Tensor& db);
+// linear_act_backward's two halves around its dx GEMM: gz = g * act'(.) (g itself
+// for no activation), then dw = gz^T @ x2 and db = sum(gz, 0) (each undefined: not wanted).
+Tensor activation_backward(const Tensor& g, kernels::Activation act, const Tensor& saved);
+void linear_param_grads(const Tensor& gz, const Tensor& x2, const Tensor& dw, const Tensor& db);
 std::vector<Tensor> linear_chain(const std::vector<Tensor>& h, const std::vector<Tensor>& w,
                                  const std::vector<Tensor>& b, const std::vector<kernels::Activation>& act, bool keep);
-void linear_chain_backward(const Tensor& g, const std::vector<Tensor>& h, const std::vector<Tensor>& w,
-                           const std::vector<kernels::Activation>& act, const std::vector<Tensor>& saved,
-                           const Tensor& dx, const std::vector<Tensor>& dw, const std::vector<Tensor>& db);
+void linear_chain_backward(const Tensor& g, const std::vector<Tensor>& h, const std::vector<kernels::Activation>& act,
+                           const std::vector<Tensor>& saved, const Tensor& dx,
+                           std::vector<kernels::ChainLayerGrad>& layers);
 void conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const kernels::ConvGeometry& g,
                   const Tensor& y);
 void conv_backward_data(const Tensor& dy, const Tensor& w, const kernels::ConvGeometry& g, const Tensor& dx);

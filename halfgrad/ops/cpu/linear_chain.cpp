@@ -18,15 +18,18 @@ std::vector<Tensor> linear_chain(const std::vector<Tensor>& h, const std::vector
   return saved;
 }
 
-void linear_chain_backward(const Tensor& g, const std::vector<Tensor>& h, const std::vector<Tensor>& w,
-                           const std::vector<Activation>& act, const std::vector<Tensor>& saved, const Tensor& dx,
-                           const std::vector<Tensor>& dw, const std::vector<Tensor>& db) {
-  const int64_t lowest = kernels::linear_chain_lowest(dx, dw, db);
+void linear_chain_backward(const Tensor& g, const std::vector<Tensor>& h, const std::vector<Activation>& act,
+                           const std::vector<Tensor>& saved, const Tensor& dx,
+                           std::vector<kernels::ChainLayerGrad>& layers) {
+  const int64_t lowest = kernels::linear_chain_lowest(dx, layers);
   Tensor grad = g;  // dL/dh[i+1]
-  for (int64_t i = static_cast<int64_t>(w.size()) - 1; i >= 0 && i >= lowest; --i) {
+  for (int64_t i = static_cast<int64_t>(layers.size()) - 1; i >= 0 && i >= lowest; --i) {
+    kernels::ChainLayerGrad& layer = layers[static_cast<size_t>(i)];
     const Tensor grad_in = i == 0 ? dx : i > lowest ? make_tensor(h[i].shape(), g.options()) : Tensor();
-    const Tensor& act_saved = act[i] == Activation::ReLU ? h[i + 1] : saved[i];
-    cpu::linear_act_backward(grad, h[i], w[i], act[i], act_saved, grad_in, dw[i], db[i]);
+    const Tensor gz = cpu::activation_backward(grad, act[i], act[i] == Activation::ReLU ? h[i + 1] : saved[i]);
+    if (grad_in.defined()) cpu::gemm(gz, layer.w, grad_in, Tensor(), 0.f);
+    layer.weight_read();  // its memory can go to the gradient
+    cpu::linear_param_grads(gz, h[i], layer.dw, layer.db);
     grad = grad_in;
   }
 }

@@ -73,21 +73,24 @@ void linear_act(const Tensor& x2, const Tensor& w, const Tensor& bias, kernels::
   if (pre.defined()) cpu::copy(pre, out);
 }
 
-void linear_act_backward(const Tensor& g, const Tensor& x2, const Tensor& w, kernels::Activation act,
-                         const Tensor& saved, const Tensor& dx, const Tensor& dw, const Tensor& db) {
+Tensor activation_backward(const Tensor& g, kernels::Activation act, const Tensor& saved) {
   using kernels::Activation;
-  Tensor gz = g;
-  if (act != Activation::None) {
-    gz = make_tensor(g.shape(), g.options());
-    if (act == Activation::ReLU) {
-      cpu::binary(kernels::BinaryOp::ReluBackward, g, saved, gz, 1.0);
-    } else {
-      cpu::binary(gelu_backward_op(act), g, saved, gz, 1.0);
-    }
-  }
-  if (dx.defined()) cpu::gemm(gz, w, dx, Tensor(), 0.f);
+  if (act == Activation::None) return g;
+  Tensor gz = make_tensor(g.shape(), g.options());
+  cpu::binary(act == Activation::ReLU ? kernels::BinaryOp::ReluBackward : gelu_backward_op(act), g, saved, gz, 1.0);
+  return gz;
+}
+
+void linear_param_grads(const Tensor& gz, const Tensor& x2, const Tensor& dw, const Tensor& db) {
   if (dw.defined()) cpu::gemm(transposed(gz), x2, dw, Tensor(), 0.f);
   if (db.defined()) cpu::reduce(kernels::ReduceOp::Sum, gz, {0}, alias_with(db, {1, db.numel()}, {db.numel(), 1}, db.offset()));
+}
+
+void linear_act_backward(const Tensor& g, const Tensor& x2, const Tensor& w, kernels::Activation act,
+                         const Tensor& saved, const Tensor& dx, const Tensor& dw, const Tensor& db) {
+  const Tensor gz = activation_backward(g, act, saved);
+  if (dx.defined()) cpu::gemm(gz, w, dx, Tensor(), 0.f);
+  linear_param_grads(gz, x2, dw, db);
 }
 
 }  // namespace halfgrad::cpu

@@ -144,9 +144,9 @@ void linear_backward_epilogue(const Tensor& grad, const Tensor& x2, const Tensor
 // the forward) gives way to the layer's output h[i+1]. Contracts of kernels::linear_chain.
 std::vector<Tensor> linear_chain(const std::vector<Tensor>& h, const std::vector<Tensor>& w,
                                  const std::vector<Tensor>& b, const std::vector<Epilogue>& epi, bool keep);
-void linear_chain_backward(const Tensor& g, const std::vector<Tensor>& h, const std::vector<Tensor>& w,
-                           const std::vector<Epilogue>& epi, const std::vector<Tensor>& saved, const Tensor& dx,
-                           const std::vector<Tensor>& dw, const std::vector<Tensor>& db);
+void linear_chain_backward(const Tensor& g, const std::vector<Tensor>& h, const std::vector<Epilogue>& epi,
+                           const std::vector<Tensor>& saved, const Tensor& dx,
+                           std::vector<kernels::ChainLayerGrad>& layers);
 
 // grad_z = grad_y * act'(z) alone (the first step above), [N, features] views of one
 // dtype, any strides; grad_z may be grad_y itself. `saved` as in linear_backward_epilogue.

@@ -51,11 +51,11 @@ std::vector<Tensor> linear_chain(const std::vector<Tensor>& h, const std::vector
   return saved;
 }
 
-void linear_chain_backward(const Tensor& g, const std::vector<Tensor>& h, const std::vector<Tensor>& w,
-                           const std::vector<Epilogue>& epi, const std::vector<Tensor>& saved, const Tensor& dx,
-                           const std::vector<Tensor>& dw, const std::vector<Tensor>& db) {
-  const int64_t layers = static_cast<int64_t>(w.size());
-  const int64_t lowest = kernels::linear_chain_lowest(dx, dw, db);
+void linear_chain_backward(const Tensor& g, const std::vector<Tensor>& h, const std::vector<Epilogue>& epi,
+                           const std::vector<Tensor>& saved, const Tensor& dx,
+                           std::vector<kernels::ChainLayerGrad>& layers) {
+  const int64_t count = static_cast<int64_t>(layers.size());
+  const int64_t lowest = kernels::linear_chain_lowest(dx, layers);
   const bool fusion = epilogue_fusion();
   // What layer k's activation gradient reads: z for the GELUs; for ReLU the mask while
   // cuBLASLt can read it, else the output h[k+1] (relu'(z) = h > 0, as PyTorch).
@@ -67,19 +67,23 @@ void linear_chain_backward(const Tensor& g, const std::vector<Tensor>& h, const 
     return saved[k];
   };
   Tensor grad = g;  // dL/dh[layers] for the last layer; below, dL/dz_i (the layer above applied act_i')
-  for (int64_t i = layers - 1; i >= 0 && i >= lowest; --i) {
-    const bool last = i == layers - 1;
+  for (int64_t i = count - 1; i >= 0 && i >= lowest; --i) {
+    kernels::ChainLayerGrad& layer = layers[static_cast<size_t>(i)];
+    const bool last = i == count - 1;
     // The last layer's activation has no GEMM above it: a pass inside this call.
     const Epilogue own = last ? epi[i] : Epilogue::None;
     const Tensor own_saved = last && has_activation(epi[i]) ? act_saved(i) : Tensor();
     // An activated hidden layer's bias gradient was reduced by the dx GEMM above.
-    const Tensor grad_bias = !last && has_activation(epi[i]) ? Tensor() : db[i];
+    const Tensor grad_bias = !last && has_activation(epi[i]) ? Tensor() : layer.db;
     const Tensor grad_in = i == 0 ? dx : i > lowest ? make_tensor(h[i].shape(), g.options()) : Tensor();
     InputActivation input;
     // h[i], layer i-1's output: what dReLU reads if the DRELU epilogue has no kernel here
     if (i > 0 && grad_in.defined() && has_activation(epi[i - 1]))
-      input = {epi[i - 1], act_saved(i - 1), db[i - 1], h[i]};
-    linear_backward_epilogue(grad, h[i], w[i], own, own_saved, grad_in, dw[i], grad_bias, input);
+      input = {epi[i - 1], act_saved(i - 1), layers[static_cast<size_t>(i - 1)].db, h[i]};
+    // one call reads w and writes dw (the stream-ordered pool reuses w's memory after it)
+    layer.make_dw();
+    linear_backward_epilogue(grad, h[i], layer.w, own, own_saved, grad_in, layer.dw, grad_bias, input);
+    layer.w = Tensor();
     grad = grad_in;
   }
 }
