@@ -777,10 +777,16 @@ TEST_CASE("cuda linear_chain's hidden dReLU and dGELU ride in DRELU_BGRAD and DG
       CHECK(cops::gemm_counts().fused_of(F::Bias) == 1);
 
       const Tensor dx = empty_cuda({n, in}, dt);
-      const std::vector<Tensor> dw = {empty_cuda({hidden, in}, dt), empty_cuda({out, hidden}, dt)};
-      const std::vector<Tensor> db = {empty_cuda({hidden}, dt), empty_cuda({out}, dt)};
+      std::vector<hg::kernels::ChainLayerGrad> layers(2);
+      for (size_t i = 0; i < 2; ++i) {
+        layers[i].w = w[i];
+        layers[i].dw_wanted = true;
+        layers[i].dw_dtype = dt;
+        layers[i].db = empty_cuda({w[i].shape()[0]}, dt);
+      }
       cops::reset_gemm_counts();
-      cops::linear_chain_backward(dev(uniform({n, out}, dt)), h, w, epi, saved, dx, dw, db);
+      cops::linear_chain_backward(dev(uniform({n, out}, dt)), h, epi, saved, dx, layers);
+      CHECK((layers[0].dw.defined() && layers[1].dw.defined() && !layers[0].w.defined()));
       const cops::GemmCounts c = cops::gemm_counts();
       CHECK(c.fused_of(act == E::BiasRelu ? F::DReluBiasGrad : F::DGeluBiasGrad) == 1);
       CHECK(c.fused_of(F::BiasGrad) == 1);  // the top layer's db

@@ -23,6 +23,10 @@
 
 #include <halfgrad/core/tensor.h>
 
+namespace halfgrad::kernels {
+struct ChainLayerGrad;  // ops/kernels.h
+}
+
 namespace halfgrad::cuda_ops {
 
 // ---- plain GEMM ---------------------------------------------------------------------------
