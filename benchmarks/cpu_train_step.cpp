@@ -22,14 +22,21 @@
 //   or /usr/bin/python3 for PyTorch. So each framework's libraries read the
 //   environment chosen for it when they load (OpenBLAS's OPENBLAS_CORETYPE,
 //   OpenMP's OMP_WAIT_POLICY), and no two OpenMP pools share a process.
-// - Each framework gets its best configuration: a calibration pass first tries
+// - Each framework gets its best configuration: a calibration first tries
 //   OMP_WAIT_POLICY in {unset, ACTIVE, PASSIVE}, and for the OpenBLAS-based
 //   LibTorch and PyTorch also OPENBLAS_CORETYPE in {unset (detected), the value
 //   our own environment has (if any), SkylakeX (if the CPU has avx512f),
-//   Cooperlake (if avx512_bf16)}, on the w1024 step (the width cases use its
-//   result) and on the seed step, twice (the lower median counts); it keeps
-//   the fastest per framework and mode, and prints the table and the core
-//   OpenBLAS reported (OPENBLAS_VERBOSE=2). The oneDNN floor is calibrated too.
+//   Cooperlake (if avx512_bf16)}; then, for those two, from the best of that:
+//   the allocator (glibc's, or jemalloc or tcmalloc through LD_PRELOAD, as
+//   PyTorch's CPU tuning guide recommends) and OpenBLAS's build (Debian's
+//   default pthread one, or its OpenMP one, which shares the framework's
+//   OpenMP threads instead of fighting them), and last the wait policies again
+//   with the best of those. Each stage runs on the w1024 step (the width cases
+//   use its result) and on the seed step, twice (the lower median counts); it
+//   keeps the fastest per framework and mode, and prints the table and the
+//   core OpenBLAS reported (OPENBLAS_VERBOSE=2). The oneDNN floor is
+//   calibrated too (halfgrad and the floor have their own allocator and no
+//   OpenBLAS).
 // - Same threads for all: --threads, and OMP_NUM_THREADS = OPENBLAS_NUM_THREADS.
 // - Rounds interleave the variants (order reversed every other round), so all
 //   see the same machine load; warm-up steps are not timed; steps per block
@@ -208,19 +215,59 @@ const char* const kFrameworks[] = {"halfgrad", "libtorch", "pytorch", "floor"};
 
 bool uses_openblas(const std::string& fw) { return fw == "libtorch" || fw == "pytorch"; }
 
-// The environment a child gets (an empty value: unset).
+// The environment a child gets (an empty value: unset, or Debian's default).
 struct Config {
   std::string coretype, wait;  // OPENBLAS_CORETYPE, OMP_WAIT_POLICY
+  std::string malloc;          // "": glibc's; "jemalloc" or "tcmalloc" through LD_PRELOAD
+  std::string blas;            // "": Debian's pthread OpenBLAS; "openmp": its OpenMP build (LD_LIBRARY_PATH)
   std::string label() const {
-    return fmt::format("CORETYPE={:<10} WAIT={}", coretype.empty() ? "-" : coretype, wait.empty() ? "-" : wait);
+    auto or_dash = [](const std::string& v) { return v.empty() ? std::string("-") : v; };
+    return fmt::format("CORETYPE={:<10} WAIT={:<7} malloc={:<8} blas={}", or_dash(coretype), or_dash(wait),
+                       malloc.empty() ? "glibc" : malloc, blas.empty() ? "pthread" : blas);
   }
   std::string short_label(const std::string& fw) const {
     std::string s = "OMP_WAIT_POLICY=" + (wait.empty() ? std::string("unset") : wait);
-    if (uses_openblas(fw)) s += ", OPENBLAS_CORETYPE=" + (coretype.empty() ? std::string("unset") : coretype);
+    if (uses_openblas(fw))
+      s += ", OPENBLAS_CORETYPE=" + (coretype.empty() ? std::string("unset") : coretype) + ", " +
+           (malloc.empty() ? "glibc malloc" : malloc) + ", OpenBLAS " + (blas.empty() ? "pthread" : blas);
     return s;
   }
   auto operator<=>(const Config&) const = default;
 };
+
+// The folder of the system's shared libraries (the one libc was loaded from:
+// /lib/x86_64-linux-gnu on Debian), where the allocators and OpenBLAS's builds are.
+std::string system_lib_dir() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&std::printf), &info) && info.dli_fname) {
+    const std::string path = info.dli_fname;
+    return path.substr(0, path.rfind('/'));
+  }
+  return "/usr/lib/x86_64-linux-gnu";
+}
+
+bool file_exists(const std::string& path) { return access(path.c_str(), R_OK) == 0; }
+
+// LD_PRELOAD for Config::malloc ("" where the library is missing).
+std::string malloc_library(const std::string& name) {
+  if (name.empty()) return "";
+  const std::string path =
+      system_lib_dir() + (name == "jemalloc" ? "/libjemalloc.so.2" : "/libtcmalloc_minimal.so.4");
+  return file_exists(path) ? path : "";
+}
+
+// The folder of OpenBLAS's OpenMP build (Debian's libopenblas0-openmp), "" if missing.
+std::string openblas_openmp_dir() {
+  const std::string dir = system_lib_dir() + "/openblas-openmp";
+  return file_exists(dir + "/libopenblas.so.0") ? dir : "";
+}
+
+// `var`'s value in our environment with `first` put in front (sep-separated).
+std::string prepend_env(const char* var, const std::string& first, char sep) {
+  if (first.empty()) return "";
+  const char* now = std::getenv(var);
+  return now && *now ? first + sep + now : first;
+}
 
 std::set<std::string> cpu_flags() {
   std::ifstream f("/proc/cpuinfo");
@@ -307,11 +354,14 @@ struct Runner {
     }
     argv.insert(argv.end(), {"--mode", mode, "--steps", std::to_string(steps), "--warmup", std::to_string(warmup),
                              "--threads", std::to_string(threads)});
-    const bench::Env env{{"OPENBLAS_CORETYPE", cfg.coretype},
-                         {"OMP_WAIT_POLICY", cfg.wait},
+    bench::Env env{{"OPENBLAS_CORETYPE", cfg.coretype},
+                   {"OMP_WAIT_POLICY", cfg.wait},
                          {"OMP_NUM_THREADS", std::to_string(threads)},
-                         {"OPENBLAS_NUM_THREADS", std::to_string(threads)},
-                         {"OPENBLAS_VERBOSE", blas_verbose ? "2" : ""}};
+                   {"OPENBLAS_NUM_THREADS", std::to_string(threads)},
+                   {"OPENBLAS_VERBOSE", blas_verbose ? "2" : ""}};
+    // only where set: an empty value would unset what our environment has
+    if (!cfg.malloc.empty()) env["LD_PRELOAD"] = prepend_env("LD_PRELOAD", malloc_library(cfg.malloc), ':');
+    if (cfg.blas == "openmp") env["LD_LIBRARY_PATH"] = prepend_env("LD_LIBRARY_PATH", openblas_openmp_dir(), ':');
     auto r = bench::run_child(argv, env);
     if (!r.ok) {
       const std::string tail = r.err.size() > 400 ? r.err.substr(r.err.size() - 400) : r.err;
@@ -347,26 +397,24 @@ struct Calibration {
 };
 
 using CalTable = std::map<Config, std::map<std::pair<std::string, std::string>, double>>;  // -> (fw, mode) -> ms
+using Tries = std::map<std::pair<std::string, std::string>, std::vector<Config>>;      // (fw, mode) -> configs
 
-// One pass over the configurations (outermost: each framework's tries spread
-// over the pass) on case c; notes what OpenBLAS reported per core type in `cores`.
-CalTable calibration_pass(Runner& runner, const Case& c, const std::vector<std::string>& fws, int steps, int warmup,
+// One pass over the configurations to try (outermost: each framework's tries
+// spread over the pass) on case c; notes what OpenBLAS reported per core type in `cores`.
+CalTable calibration_pass(Runner& runner, const Case& c, const Tries& tries, int steps, int warmup,
                           std::map<std::string, std::string>& cores) {
   std::set<Config> all;
-  for (const auto& fw : fws)
-    for (const auto& cfg : configs_for(fw)) all.insert(cfg);
+  for (const auto& [key, cfgs] : tries) all.insert(cfgs.begin(), cfgs.end());
   CalTable table;
   for (const auto& cfg : all)
-    for (const auto& fw : fws) {
-      const auto mine = configs_for(fw);
-      if (std::find(mine.begin(), mine.end(), cfg) == mine.end()) continue;
-      for (const char* mode : kModes) {
-        const bool verbose = uses_openblas(fw);
-        const auto r = runner.run(fw, mode, c, steps, warmup, cfg, verbose);
-        if (verbose && !cores.count(cfg.coretype) && !r.err.empty()) cores[cfg.coretype] = openblas_core(r.err);
-        table[cfg];  // a row even when the run failed
-        if (r.ok) table[cfg][{fw, mode}] = median(r.ms);
-      }
+    for (const auto& [key, cfgs] : tries) {
+      if (std::find(cfgs.begin(), cfgs.end(), cfg) == cfgs.end()) continue;
+      const auto& [fw, mode] = key;
+      const bool verbose = uses_openblas(fw);
+      const auto r = runner.run(fw, mode, c, steps, warmup, cfg, verbose);
+      if (verbose && !cores.count(cfg.coretype) && !r.err.empty()) cores[cfg.coretype] = openblas_core(r.err);
+      table[cfg];  // a row even when the run failed
+      if (r.ok) table[cfg][key] = median(r.ms);
     }
   return table;
 }
@@ -382,15 +430,49 @@ void keep_fastest(const CalTable& table, const std::string& regime, const std::v
     }
 }
 
+// Stage 2 for an OpenBLAS framework, from its best stage-1 configuration: the
+// allocators (glibc, jemalloc, tcmalloc) and OpenBLAS's two builds (pthread,
+// OpenMP) that are installed; stage 3, from the best of those: the wait
+// policies again (OpenBLAS's OpenMP build changes which one wins). Only
+// configurations not tried yet for that framework and mode.
+Tries next_stage(int stage, const CalTable& table, const Calibration& cal, const std::string& regime,
+                 const std::vector<std::string>& fws) {
+  std::vector<std::string> mallocs{""}, blases{""};
+  for (const char* m : {"jemalloc", "tcmalloc"})
+    if (!malloc_library(m).empty()) mallocs.push_back(m);
+  if (!openblas_openmp_dir().empty()) blases.push_back("openmp");
+  Tries tries;
+  for (const auto& fw : fws) {
+    if (!uses_openblas(fw)) continue;
+    for (const char* mode : kModes) {
+      auto it = cal.best.find({regime, fw, mode});
+      if (it == cal.best.end()) continue;
+      const Config& b = it->second;
+      std::vector<Config> cands;
+      if (stage == 2) {
+        for (const auto& m : mallocs)
+          for (const auto& bl : blases) cands.push_back({b.coretype, b.wait, m, bl});
+      } else {
+        for (const char* wait : {"", "ACTIVE", "PASSIVE"}) cands.push_back({b.coretype, wait, b.malloc, b.blas});
+      }
+      for (const auto& cfg : cands) {
+        auto row = table.find(cfg);
+        if (row == table.end() || !row->second.count({fw, mode})) tries[{fw, mode}].push_back(cfg);
+      }
+    }
+  }
+  return tries;
+}
+
 void print_calibration(const CalTable& table, const Case& c, const std::vector<std::string>& fws,
                        const Calibration& cal) {
-  fmt::print("  {:<34}", "");
+  fmt::print("  {:<62}", "");
   for (const auto& fw : fws) fmt::print(" {:>9} {:>9}", fw.substr(0, 8), fw.substr(0, 8));
-  fmt::print("\n  {:<34}", "");
+  fmt::print("\n  {:<62}", "");
   for (size_t i = 0; i < fws.size(); ++i) fmt::print(" {:>9} {:>9}", kModes[0], kModes[1]);
   fmt::print("\n");
   for (const auto& [cfg, row] : table) {
-    fmt::print("  {:<34}", cfg.label());
+    fmt::print("  {:<62}", cfg.label());
     for (const auto& fw : fws)
       for (const char* mode : kModes) {
         auto it = row.find({fw, mode});
@@ -415,13 +497,19 @@ Calibration calibrate(Runner& runner, const std::vector<Case>& cases, const std:
     fmt::print("\ncalibration on {} ({}): {} steps after {} warm-up, median ms/step, the lower of {} passes; -: unset; * = kept\n",
                regime, describe(c), steps, warmup, passes);
     CalTable table;
-    for (int p = 0; p < passes; ++p)  // a burst of other work can only slow a pass down: keep the faster
-      for (const auto& [cfg, row] : calibration_pass(runner, c, fws, steps, warmup, cores))
-        for (const auto& [key, ms] : row) {
-          auto [it, fresh] = table[cfg].try_emplace(key, ms);
-          if (!fresh) it->second = std::min(it->second, ms);
-        }
-    keep_fastest(table, regime, fws, cal);
+    Tries tries;  // stage 1: OPENBLAS_CORETYPE x OMP_WAIT_POLICY, Debian's defaults otherwise
+    for (const auto& fw : fws)
+      for (const char* mode : kModes) tries[{fw, mode}] = configs_for(fw);
+    for (int stage = 1; stage <= 3; ++stage) {
+      if (stage > 1) tries = next_stage(stage, table, cal, regime, fws);
+      for (int p = 0; p < passes; ++p)  // a burst of other work can only slow a pass down: keep the faster
+        for (const auto& [cfg, row] : calibration_pass(runner, c, tries, steps, warmup, cores))
+          for (const auto& [key, ms] : row) {
+            auto [it, fresh] = table[cfg].try_emplace(key, ms);
+            if (!fresh) it->second = std::min(it->second, ms);
+          }
+      keep_fastest(table, regime, fws, cal);
+    }
     print_calibration(table, c, fws, cal);
   }
   if (!cores.empty()) {
