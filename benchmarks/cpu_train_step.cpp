@@ -22,21 +22,22 @@
 //   or /usr/bin/python3 for PyTorch. So each framework's libraries read the
 //   environment chosen for it when they load (OpenBLAS's OPENBLAS_CORETYPE,
 //   OpenMP's OMP_WAIT_POLICY), and no two OpenMP pools share a process.
-// - Each framework gets its best configuration: a calibration first tries
-//   OMP_WAIT_POLICY in {unset, ACTIVE, PASSIVE}, and for the OpenBLAS-based
-//   LibTorch and PyTorch also OPENBLAS_CORETYPE in {unset (detected), the value
-//   our own environment has (if any), SkylakeX (if the CPU has avx512f),
-//   Cooperlake (if avx512_bf16)}; then, for those two, from the best of that:
-//   the allocator (glibc's, or jemalloc or tcmalloc through LD_PRELOAD, as
-//   PyTorch's CPU tuning guide recommends) and OpenBLAS's build (Debian's
-//   default pthread one, or its OpenMP one, which shares the framework's
-//   OpenMP threads instead of fighting them), and last the wait policies again
-//   with the best of those. Each stage runs on the w1024 step (the width cases
-//   use its result) and on the seed step, twice (the lower median counts); it
-//   keeps the fastest per framework and mode, and prints the table and the
-//   core OpenBLAS reported (OPENBLAS_VERBOSE=2). The oneDNN floor is
-//   calibrated too (halfgrad and the floor have their own allocator and no
-//   OpenBLAS).
+// - Each framework gets its best configuration, from a calibration in two
+//   stages. Stage 1: halfgrad and the floor try OMP_WAIT_POLICY in {unset,
+//   ACTIVE, PASSIVE}; the OpenBLAS-based LibTorch and PyTorch try the
+//   allocator (glibc's, or jemalloc or tcmalloc through LD_PRELOAD, as
+//   PyTorch's CPU tuning guide recommends) x OpenBLAS's build (Debian's
+//   default pthread one, or its OpenMP one through LD_LIBRARY_PATH, which
+//   runs on the framework's own OpenMP threads instead of beside them).
+//   Stage 2, for those two, with the allocator and build chosen:
+//   OPENBLAS_CORETYPE in {unset (detected), the value our own environment
+//   has (if any), SkylakeX (if the CPU has avx512f), Cooperlake (if
+//   avx512_bf16)} x the wait policies. Each stage runs on the w1024 step (the
+//   width cases use its result) and on the seed step, twice (the lower median
+//   counts), stage 1's choice measured again in stage 2; it keeps the fastest
+//   per framework and mode and prints the table and the core OpenBLAS
+//   reported (OPENBLAS_VERBOSE=2). halfgrad and the floor have their own
+//   allocator and no OpenBLAS.
 // - Same threads for all: --threads, and OMP_NUM_THREADS = OPENBLAS_NUM_THREADS.
 // - Rounds interleave the variants (order reversed every other round), so all
 //   see the same machine load; warm-up steps are not timed; steps per block
@@ -248,18 +249,25 @@ std::string system_lib_dir() {
 
 bool file_exists(const std::string& path) { return access(path.c_str(), R_OK) == 0; }
 
-// LD_PRELOAD for Config::malloc ("" where the library is missing).
+// `name` in the system's library folder, or under /usr where /lib is not
+// merged into it; "" where it is in neither.
+std::string system_lib(const std::string& name) {
+  const std::string dir = system_lib_dir();
+  for (const std::string& d : {dir, "/usr" + dir})
+    if (file_exists(d + "/" + name)) return d + "/" + name;
+  return "";
+}
+
+// LD_PRELOAD for Config::malloc ("" for glibc's, or where the library is missing).
 std::string malloc_library(const std::string& name) {
   if (name.empty()) return "";
-  const std::string path =
-      system_lib_dir() + (name == "jemalloc" ? "/libjemalloc.so.2" : "/libtcmalloc_minimal.so.4");
-  return file_exists(path) ? path : "";
+  return system_lib(name == "jemalloc" ? "libjemalloc.so.2" : "libtcmalloc_minimal.so.4");
 }
 
 // The folder of OpenBLAS's OpenMP build (Debian's libopenblas0-openmp), "" if missing.
 std::string openblas_openmp_dir() {
-  const std::string dir = system_lib_dir() + "/openblas-openmp";
-  return file_exists(dir + "/libopenblas.so.0") ? dir : "";
+  const std::string lib = system_lib("openblas-openmp/libopenblas.so.0");
+  return lib.empty() ? "" : lib.substr(0, lib.rfind('/'));
 }
 
 // `var`'s value in our environment with `first` put in front (sep-separated).
@@ -296,15 +304,43 @@ std::vector<std::string> coretypes() {
 std::string inherited_env() {
   std::string out;
   for (char** e = environ; *e; ++e)
-    for (const char* prefix : {"OMP_", "GOMP_", "OPENBLAS_", "DNNL_", "ONEDNN_", "KMP_"})
+    for (const char* prefix : {"OMP_", "GOMP_", "OPENBLAS_", "DNNL_", "ONEDNN_", "KMP_", "LD_PRELOAD=", "LD_LIBRARY_PATH="})
       if (std::strncmp(*e, prefix, std::strlen(prefix)) == 0) out += std::string(out.empty() ? "" : " ") + *e;
   return out.empty() ? "none" : out;
 }
 
-std::vector<Config> configs_for(const std::string& fw) {
+// What the OpenBLAS-based anchors may be given beyond the wait policy, where installed.
+std::vector<std::string> mallocs() {
+  std::vector<std::string> m{""};
+  for (const char* name : {"jemalloc", "tcmalloc"})
+    if (!malloc_library(name).empty()) m.push_back(name);
+  return m;
+}
+std::vector<std::string> blas_builds() {
+  std::vector<std::string> b{""};
+  if (!openblas_openmp_dir().empty()) b.push_back("openmp");
+  return b;
+}
+
+// The calibration's configurations for `fw`. Stage 1: halfgrad and the floor
+// try the wait policies (all they have); LibTorch and PyTorch the allocators x
+// OpenBLAS's builds, at the default core type and wait policy. Stage 2 (the
+// anchors only), from their stage-1 choice `b`: core types x wait policies.
+// Allocator and build go first: with glibc's malloc the anchors' width steps
+// are dominated by page faults (docs/performance.md), which would hide the
+// core type's and the wait policy's effect.
+std::vector<Config> configs_for(const std::string& fw, int stage, const Config& b = {}) {
   std::vector<Config> out;
-  for (const auto& core : uses_openblas(fw) ? coretypes() : std::vector<std::string>{""})
-    for (const char* wait : {"", "ACTIVE", "PASSIVE"}) out.push_back({core, wait});
+  if (!uses_openblas(fw)) {
+    if (stage == 1)
+      for (const char* wait : {"", "ACTIVE", "PASSIVE"}) out.push_back({"", wait});
+  } else if (stage == 1) {
+    for (const auto& m : mallocs())
+      for (const auto& bl : blas_builds()) out.push_back({"", "", m, bl});
+  } else {
+    for (const auto& core : coretypes())
+      for (const char* wait : {"", "ACTIVE", "PASSIVE"}) out.push_back({core, wait, b.malloc, b.blas});
+  }
   return out;
 }
 
@@ -359,9 +395,12 @@ struct Runner {
                          {"OMP_NUM_THREADS", std::to_string(threads)},
                    {"OPENBLAS_NUM_THREADS", std::to_string(threads)},
                    {"OPENBLAS_VERBOSE", blas_verbose ? "2" : ""}};
-    // only where set: an empty value would unset what our environment has
-    if (!cfg.malloc.empty()) env["LD_PRELOAD"] = prepend_env("LD_PRELOAD", malloc_library(cfg.malloc), ':');
-    if (cfg.blas == "openmp") env["LD_LIBRARY_PATH"] = prepend_env("LD_LIBRARY_PATH", openblas_openmp_dir(), ':');
+    // only where the library is there (the configurations are made only then): an empty
+    // value would unset what our environment has
+    if (const std::string lib = malloc_library(cfg.malloc); !lib.empty())
+      env["LD_PRELOAD"] = prepend_env("LD_PRELOAD", lib, ':');
+    if (const std::string dir = cfg.blas == "openmp" ? openblas_openmp_dir() : ""; !dir.empty())
+      env["LD_LIBRARY_PATH"] = prepend_env("LD_LIBRARY_PATH", dir, ':');
     auto r = bench::run_child(argv, env);
     if (!r.ok) {
       const std::string tail = r.err.size() > 400 ? r.err.substr(r.err.size() - 400) : r.err;
@@ -419,49 +458,16 @@ CalTable calibration_pass(Runner& runner, const Case& c, const Tries& tries, int
   return table;
 }
 
-void keep_fastest(const CalTable& table, const std::string& regime, const std::vector<std::string>& fws,
-                  Calibration& cal) {
-  for (const auto& fw : fws)
-    for (const char* mode : kModes) {
-      double best = 1e300;
-      for (const auto& [cfg, row] : table)
-        if (auto it = row.find({fw, mode}); it != row.end() && it->second < best)
-          best = it->second, cal.best[{regime, fw, mode}] = cfg;
-    }
-}
-
-// Stage 2 for an OpenBLAS framework, from its best stage-1 configuration: the
-// allocators (glibc, jemalloc, tcmalloc) and OpenBLAS's two builds (pthread,
-// OpenMP) that are installed; stage 3, from the best of those: the wait
-// policies again (OpenBLAS's OpenMP build changes which one wins). Only
-// configurations not tried yet for that framework and mode.
-Tries next_stage(int stage, const CalTable& table, const Calibration& cal, const std::string& regime,
-                 const std::vector<std::string>& fws) {
-  std::vector<std::string> mallocs{""}, blases{""};
-  for (const char* m : {"jemalloc", "tcmalloc"})
-    if (!malloc_library(m).empty()) mallocs.push_back(m);
-  if (!openblas_openmp_dir().empty()) blases.push_back("openmp");
-  Tries tries;
-  for (const auto& fw : fws) {
-    if (!uses_openblas(fw)) continue;
-    for (const char* mode : kModes) {
-      auto it = cal.best.find({regime, fw, mode});
-      if (it == cal.best.end()) continue;
-      const Config& b = it->second;
-      std::vector<Config> cands;
-      if (stage == 2) {
-        for (const auto& m : mallocs)
-          for (const auto& bl : blases) cands.push_back({b.coretype, b.wait, m, bl});
-      } else {
-        for (const char* wait : {"", "ACTIVE", "PASSIVE"}) cands.push_back({b.coretype, wait, b.malloc, b.blas});
-      }
-      for (const auto& cfg : cands) {
-        auto row = table.find(cfg);
-        if (row == table.end() || !row->second.count({fw, mode})) tries[{fw, mode}].push_back(cfg);
-      }
-    }
+// For every framework and mode the stage tried: the fastest of the stage's own
+// measurements (a configuration kept from an earlier stage is measured again
+// in the next, so every choice compares runs made at about the same time).
+void keep_fastest(const CalTable& stage_table, const Tries& tries, const std::string& regime, Calibration& cal) {
+  for (const auto& [key, cfgs] : tries) {
+    double best = 1e300;
+    for (const auto& [cfg, row] : stage_table)
+      if (auto it = row.find(key); it != row.end() && it->second < best)
+        best = it->second, cal.best[{regime, key.first, key.second}] = cfg;
   }
-  return tries;
 }
 
 void print_calibration(const CalTable& table, const Case& c, const std::vector<std::string>& fws,
@@ -496,19 +502,23 @@ Calibration calibrate(Runner& runner, const std::vector<Case>& cases, const std:
     const int steps = std::max(12, default_steps(c) / 4), warmup = warmup_steps(default_steps(c));
     fmt::print("\ncalibration on {} ({}): {} steps after {} warm-up, median ms/step, the lower of {} passes; -: unset; * = kept\n",
                regime, describe(c), steps, warmup, passes);
-    CalTable table;
-    Tries tries;  // stage 1: OPENBLAS_CORETYPE x OMP_WAIT_POLICY, Debian's defaults otherwise
-    for (const auto& fw : fws)
-      for (const char* mode : kModes) tries[{fw, mode}] = configs_for(fw);
-    for (int stage = 1; stage <= 3; ++stage) {
-      if (stage > 1) tries = next_stage(stage, table, cal, regime, fws);
+    CalTable table;  // what is printed: each configuration's latest stage
+    for (int stage = 1; stage <= 2; ++stage) {
+      Tries tries;
+      for (const auto& fw : fws)
+        for (const char* mode : kModes)
+          if (auto cfgs = configs_for(fw, stage, cal.config(c, fw, mode)); !cfgs.empty()) tries[{fw, mode}] = cfgs;
+      if (tries.empty()) break;
+      CalTable stage_table;
       for (int p = 0; p < passes; ++p)  // a burst of other work can only slow a pass down: keep the faster
         for (const auto& [cfg, row] : calibration_pass(runner, c, tries, steps, warmup, cores))
           for (const auto& [key, ms] : row) {
-            auto [it, fresh] = table[cfg].try_emplace(key, ms);
+            auto [it, fresh] = stage_table[cfg].try_emplace(key, ms);
             if (!fresh) it->second = std::min(it->second, ms);
           }
-      keep_fastest(table, regime, fws, cal);
+      keep_fastest(stage_table, tries, regime, cal);
+      for (const auto& [cfg, row] : stage_table)
+        for (const auto& [key, ms] : row) table[cfg][key] = ms;
     }
     print_calibration(table, c, fws, cal);
   }
