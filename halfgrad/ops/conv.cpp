@@ -110,6 +110,14 @@ Tensor bias_grad(const Tensor& g) {
   return sum(g, dims);
 }
 
+// The weight gradient's dtype: on the CPU, float32 for a weight autocast cast
+// from float32 (Saved::grad_dtypes): oneDNN writes its float32 sums, so the
+// gradient is not rounded to bfloat16 and no cast pass runs back to the master
+// weight (as linear's GEMM, ops/linalg.cpp). Else the gradient's own dtype.
+DType weight_grad_dtype(const Saved& s, const Tensor& g) {
+  return g.device().is_cpu() ? s.grad_dtypes[1] : g.dtype();
+}
+
 Tensor conv_nd(OpId id, int nd, const Tensor& input, const Tensor& weight, const Tensor& bias, const SizeArg& stride_a,
                const PaddingArg& padding_a, const SizeArg& dilation_a, int64_t groups) {
   const std::string_view op = op_name(id);
@@ -175,8 +183,8 @@ Tensor conv_nd(OpId id, int nd, const Tensor& input, const Tensor& weight, const
         }
         const bool want_db = has_bias && s.needs_grad[2];
         if (s.needs_grad[1]) {
-          dw = make_tensor(s.input(1).shape(), dy.options());
-          if (want_db) db = make_tensor({dw.shape()[0]}, dy.options());
+          dw = make_tensor(s.input(1).shape(), dy.options().dtype(weight_grad_dtype(s, dy)));
+          if (want_db) db = make_tensor({dw.shape()[0]}, dw.options());
           kernels::conv_backward_weight(dy, s.input(0).contiguous(f), g, dw, db);
         } else if (want_db) {
           db = bias_grad(dy);
@@ -244,7 +252,7 @@ Tensor conv_transpose_nd(OpId id, int nd, const Tensor& input, const Tensor& wei
           kernels::conv_forward(gy, s.input(1).contiguous(), Tensor(), g, dx);
         }
         if (s.needs_grad[1]) {
-          dw = make_tensor(s.input(1).shape(), gy.options());
+          dw = make_tensor(s.input(1).shape(), gy.options().dtype(weight_grad_dtype(s, gy)));
           kernels::conv_backward_weight(s.input(0).contiguous(f), gy, g, dw, Tensor());
         }
         if (s.input(2).defined() && s.needs_grad[2]) db = bias_grad(gy);

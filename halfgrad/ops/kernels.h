@@ -152,7 +152,9 @@ void conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Co
 // (dx's shape is x's; elements no output reads get 0). dx is fully overwritten.
 void conv_backward_data(const Tensor& dy, const Tensor& w, const ConvGeometry& g, const Tensor& dx);
 // dw (and db = the sum of dy over N and the spatial dims, when defined) for the
-// output gradient dy of conv(x, w). Both are fully overwritten.
+// output gradient dy of conv(x, w). Both are fully overwritten. dw and db share
+// one dtype: dy's, or on the CPU float32 for a bfloat16 dy (the sums as they
+// are, not rounded: a weight autocast cast from float32).
 void conv_backward_weight(const Tensor& dy, const Tensor& x, const ConvGeometry& g, const Tensor& dw,
                           const Tensor& db);
 

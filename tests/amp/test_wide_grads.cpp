@@ -152,3 +152,57 @@ TEST_CASE("CPU autocast: a fused Sequential frees each weight copy before making
   CHECK(freed <= grad_bytes - 0.75 * copy_bytes);  // the copies went first
   for (size_t i = 0; i < g1.size(); ++i) CHECK(hg::equal(g1[i], g2[i]));
 }
+
+// The same for convolutions: oneDNN's bfloat16 backward-weights kernels write
+// float32 diff weights and bias, and the direct loop (the depthwise
+// channels-last case, and what oneDNN declines) writes its float32 sums too.
+// (conv_transpose's bias gradient is a sum of its bfloat16 output gradient.)
+TEST_CASE("CPU autocast: conv's weight and bias gradients are float32 sums, not rounded to bfloat16",
+          "[amp][autocast][conv]") {
+  hg::manual_seed(25);
+  struct C {
+    const char* name;
+    hg::Shape x, w;
+    int64_t stride, pad, groups;
+    bool bias, transposed;
+  };
+  const std::vector<C> cases = {
+      {"3x3 stride 2", {4, 8, 12, 12}, {16, 8, 3, 3}, 2, 1, 1, true, false},
+      {"pointwise", {4, 16, 9, 9}, {24, 16, 1, 1}, 1, 0, 1, false, false},
+      {"depthwise 5x5", {4, 16, 7, 7}, {16, 1, 5, 5}, 1, 2, 16, false, false},
+      {"depthwise 5x5 on 2x2", {8, 16, 2, 2}, {16, 1, 5, 5}, 1, 2, 16, true, false},  // oneDNN declines: direct
+      {"transposed", {4, 8, 6, 6}, {8, 6, 2, 2}, 2, 0, 1, true, true},
+  };
+  for (const C& c : cases) {
+    for (const auto layout : {hg::MemoryFormat::Contiguous, hg::MemoryFormat::ChannelsLast}) {
+      INFO(c.name << (layout == hg::MemoryFormat::ChannelsLast ? ", channels-last" : ", row-major"));
+      const Tensor x = hg::randn(c.x).contiguous(layout);
+      Tensor w = hg::randn(c.w).requires_grad_();
+      const int64_t co = c.transposed ? c.w[1] * c.groups : c.w[0];
+      Tensor b = c.bias ? hg::randn({co}).requires_grad_() : Tensor();
+      auto conv = [&](const Tensor& xi, const Tensor& wi, const Tensor& bi) {
+        return c.transposed ? hg::conv_transpose2d(xi, wi, bi, c.stride, c.pad, 0, c.groups)
+                            : hg::conv2d(xi, wi, bi, c.stride, c.pad, 1, c.groups);
+      };
+      Tensor y;
+      {
+        hg::amp::autocast region(hg::kCPU);
+        y = conv(x, w, b);
+      }
+      REQUIRE(y.dtype() == hg::kBFloat16);
+      const Tensor r = hg::randn(y.shape());  // dL/dy, rounded to bfloat16 by y's cast back
+      (y.to(hg::kFloat) * r).sum().backward();
+      REQUIRE(w.grad().dtype() == hg::kFloat);
+      // float64 autograd through the same bfloat16 operands
+      Tensor w64 = bf16_exact(w.detach()).requires_grad_();
+      Tensor b64 = c.bias ? bf16_exact(b.detach()).requires_grad_() : Tensor();
+      (conv(bf16_exact(x), w64, b64) * bf16_exact(r)).sum().backward();
+      CHECK(rel_err(w.grad(), w64.grad()) < 1e-5);
+      CHECK(rel_err(w.grad().to(hg::kBFloat16), w64.grad()) > 1e-4);  // what the rounding would have cost
+      if (c.bias) {  // conv's comes from the backward-weights kernel; conv_transpose's is a bfloat16 sum
+        REQUIRE(b.grad().dtype() == hg::kFloat);
+        CHECK(rel_err(b.grad(), b64.grad()) < (c.transposed ? 1e-2 : 1e-5));
+      }
+    }
+  }
+}

@@ -563,6 +563,14 @@ TEST_CASE("conv: oneDNN's results agree with the portable direct loop", "[ops][c
       hg::cpu::conv_backward_weight_direct(dy, x, p.g, dw2, db2);
       HG_CHECK_CLOSE(dw1, values(dw2));
       HG_CHECK_CLOSE(db1, values(db2));
+      if (dt == DType::BFloat16) {  // float32 sums (autocast's weight gradients), from both routes
+        const Tensor fw1 = hg::empty(p.w), fw2 = hg::empty(p.w), fb1 = hg::empty({p.w[0]}), fb2 = hg::empty({p.w[0]});
+        hg::cpu::conv_backward_weight(dy, x, p.g, fw1, fb1);
+        hg::cpu::conv_backward_weight_direct(dy, x, p.g, fw2, fb2);
+        HG_CHECK_CLOSE(fw1, values(fw2));
+        HG_CHECK_CLOSE(fb1, values(fb2));
+        CHECK_FALSE(hg::equal(fw1, fw1.to(DType::BFloat16).to(DType::Float32)));  // not rounded
+      }
     }
   }
 }

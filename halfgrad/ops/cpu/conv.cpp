@@ -207,8 +207,9 @@ void direct_backward_data(const Problem& p, const T* dy, const T* w, T* dx) {
   }
 }
 
-template <typename T>
-void direct_backward_weight(const Problem& p, const T* dy, const T* x, T* dw, T* db) {
+// W: dw's and db's element type, T's or float (sums written unrounded).
+template <typename T, typename W>
+void direct_backward_weight(const Problem& p, const T* dy, const T* x, W* dw, W* db) {
   using A = conv_acc_t<T>;
   const int64_t cig = p.groups ? p.ci / p.groups : 0, cog = p.groups ? p.co / p.groups : 0;
   const int64_t in_plane = p.in_plane(), out_plane = p.out_plane(), kvol = p.kvol(), sw = p.s[2];
@@ -232,8 +233,8 @@ void direct_backward_weight(const Problem& p, const T* dy, const T* x, T* dw, T*
             acc[static_cast<size_t>(t.tap)] += sum;
           }
         }
-        T* dwp = dw + (oc * cig + icl) * kvol;
-        for (int64_t k = 0; k < kvol; ++k) dwp[k] = static_cast<T>(acc[static_cast<size_t>(k)]);
+        W* dwp = dw + (oc * cig + icl) * kvol;
+        for (int64_t k = 0; k < kvol; ++k) dwp[k] = static_cast<W>(acc[static_cast<size_t>(k)]);
       }
     }
   }
@@ -245,7 +246,7 @@ void direct_backward_weight(const Problem& p, const T* dy, const T* x, T* dw, T*
         const T* dyp = dy + (n * p.co + oc) * out_plane;
         for (int64_t o = 0; o < out_plane; ++o) acc += static_cast<A>(dyp[o]);
       }
-      db[oc] = static_cast<T>(acc);
+      db[oc] = static_cast<W>(acc);
     }
   }
 }
@@ -255,8 +256,8 @@ void direct_backward_weight(const Problem& p, const T* dy, const T* x, T* dw, T*
 // (tap, output) pair is one vectorised multiply-add over a block of channels.
 // Threads take blocks of channels (no reduction across threads). oneDNN 2.6
 // has no depthwise kernel for this case (see decline_grouped_gemm).
-template <typename T>
-void direct_backward_weight_dw_cl(const Problem& p, const T* dy, const T* x, T* dw, T* db) {
+template <typename T, typename W>
+void direct_backward_weight_dw_cl(const Problem& p, const T* dy, const T* x, W* dw, W* db) {
   using A = conv_acc_t<T>;
   constexpr int64_t kBlock = 64;
   const int64_t c = p.ci, in_plane = p.in_plane(), out_plane = p.out_plane(), kvol = p.kvol(), sw = p.s[2];
@@ -281,14 +282,24 @@ void direct_backward_weight_dw_cl(const Problem& p, const T* dy, const T* x, T* 
     }
     for (int64_t k = 0; k < nc; ++k)
       for (int64_t tap = 0; tap < kvol; ++tap)
-        dw[(c0 + k) * kvol + tap] = static_cast<T>(acc[static_cast<size_t>(tap * kBlock + k)]);
+        dw[(c0 + k) * kvol + tap] = static_cast<W>(acc[static_cast<size_t>(tap * kBlock + k)]);
     if (db) {
       std::vector<A> sum(static_cast<size_t>(nc), A(0));
       for (int64_t r = 0; r < p.n * out_plane; ++r)
         for (int64_t k = 0; k < nc; ++k) sum[static_cast<size_t>(k)] += static_cast<A>(dy[r * c + c0 + k]);
-      for (int64_t k = 0; k < nc; ++k) db[c0 + k] = static_cast<T>(sum[static_cast<size_t>(k)]);
+      for (int64_t k = 0; k < nc; ++k) db[c0 + k] = static_cast<W>(sum[static_cast<size_t>(k)]);
     }
   }
+}
+
+// dw and db share dy's dtype, or are float32 for a bfloat16 dy (kernels.h).
+void check_weight_grads(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db) {
+  const bool wide = dy.dtype() == DType::BFloat16 && dw.dtype() == DType::Float32;
+  HG_CHECK(x.dtype() == dy.dtype() && (dw.dtype() == dy.dtype() || wide) &&
+               (!db.defined() || db.dtype() == dw.dtype()),
+           "conv_backward_weight: x {} and dy {} must share a dtype, and dw {} and db {} take theirs (or float32 for "
+           "bfloat16): an internal error, please report it",
+           x.describe(), dy.describe(), dw.describe(), db.defined() ? db.describe() : std::string("(none)"));
 }
 
 template <typename T>
@@ -325,6 +336,7 @@ struct Key {
   Problem p;
   bool bias;
   Format format;
+  bool f32_grads = false;  // BackwardWeights in bfloat16: diff weights and bias in float32
   auto operator<=>(const Key&) const = default;
 };
 
@@ -449,17 +461,22 @@ Cached create(const Key& key) {
       break;
     }
     case Kind::BackwardWeights: {
-      const auto desc = key.bias ? dnnl::convolution_backward_weights::desc(alg, src, wei, bias_md, dst, strides,
-                                                                            dil, pl, pr)
-                                 : dnnl::convolution_backward_weights::desc(alg, src, wei, dst, strides, dil, pl,
+      // float32 sums for a bfloat16 problem: oneDNN's bf16 kernels accumulate
+      // in float32 and write diff weights (and bias) in either type
+      const auto gdt = key.f32_grads ? dnnl::memory::data_type::f32 : dt;
+      const auto dwei_u = weight_md(p, gdt, false), dwei = any_weights ? weight_md(p, gdt, true) : dwei_u;
+      const auto dbias_md = key.bias ? dnnl::memory::desc({p.co}, gdt, tag::a) : dnnl::memory::desc();
+      const auto desc = key.bias ? dnnl::convolution_backward_weights::desc(alg, src, dwei, dbias_md, dst,
+                                                                            strides, dil, pl, pr)
+                                 : dnnl::convolution_backward_weights::desc(alg, src, dwei, dst, strides, dil, pl,
                                                                             pr);
       const dnnl::convolution_backward_weights::primitive_desc pd(desc, attr, engine(), fwd_pd);
       decline_grouped_gemm(p, pd.impl_info_str());
       c.prim = dnnl::convolution_backward_weights(pd);
       c.scratchpad = pd.scratchpad_desc();
       c.args = {make_arg(DNNL_ARG_SRC, src_u, pd.src_desc(), false),
-                make_arg(DNNL_ARG_DIFF_WEIGHTS, wei_u, pd.diff_weights_desc(), true),
-                make_arg(DNNL_ARG_DIFF_BIAS, bias_md, bias_md, true),
+                make_arg(DNNL_ARG_DIFF_WEIGHTS, dwei_u, pd.diff_weights_desc(), true),
+                make_arg(DNNL_ARG_DIFF_BIAS, dbias_md, dbias_md, true),
                 make_arg(DNNL_ARG_DIFF_DST, dst_u, pd.diff_dst_desc(), false)};
       break;
     }
@@ -582,16 +599,22 @@ Tensor widen(const Tensor& t) {
   cpu::copy(f, t);
   return f;
 }
+// A float32 tensor to write t's values into: t itself when it is float32 already.
 Tensor f32_like(const Tensor& t) {
-  return t.defined() ? make_tensor(t.shape(), TensorOptions(DType::Float32, Device::cpu()), t.suggest_memory_format())
-                     : t;
+  return t.defined() && t.dtype() != DType::Float32
+             ? make_tensor(t.shape(), TensorOptions(DType::Float32, Device::cpu()), t.suggest_memory_format())
+             : t;
+}
+// Writes a float32 result r back to t (nothing when r is t).
+void write_back(const Tensor& t, const Tensor& r) {
+  if (t.defined() && !t.is_same(r)) cpu::copy(t, r);
 }
 
 // The oneDNN route for `kind`, in float32 or native bfloat16; false when
 // oneDNN declines (then the caller runs the direct loop).
 bool onednn_native(Kind kind, const Problem& p, DType dt, const void* src, const void* wei, const void* bias,
-                   const void* dst) {
-  const auto c = get({kind, dt, p, bias != nullptr, format_for(p, dt)});
+                   const void* dst, bool f32_grads = false) {
+  const auto c = get({kind, dt, p, bias != nullptr, format_for(p, dt), f32_grads});
   if (!c) return false;
   execute(*c, {src, wei, bias, dst});
   return true;
@@ -606,9 +629,10 @@ bool run_onednn(Kind kind, const Problem& p, const Tensor& src, const Tensor& we
   const DType dt = src.dtype();
   if (dt == DType::Float64) return false;
   const bool native = dt == DType::Float32 || (dt == DType::BFloat16 && has_bf16());
+  const bool f32_grads = kind == Kind::BackwardWeights && dt != DType::Float32 && wei.dtype() == DType::Float32;
   if (native) {
     if (onednn_native(kind, p, dt, src.data_ptr(), wei.data_ptr(), bias.defined() ? bias.data_ptr() : nullptr,
-                      dst.data_ptr()))
+                      dst.data_ptr(), f32_grads))
       return true;
     if (dt == DType::Float32) return false;
     // declined in bfloat16: widen only if float32 would not decline too
@@ -625,11 +649,11 @@ bool run_onednn(Kind kind, const Problem& p, const Tensor& src, const Tensor& we
                      d.data_ptr()))
     return false;
   switch (kind) {
-    case Kind::Forward: cpu::copy(dst, d); break;
-    case Kind::BackwardData: cpu::copy(src, s); break;
+    case Kind::Forward: write_back(dst, d); break;
+    case Kind::BackwardData: write_back(src, s); break;
     case Kind::BackwardWeights:
-      cpu::copy(wei, w);
-      if (bias.defined()) cpu::copy(bias, b);
+      write_back(wei, w);
+      write_back(bias, b);
       break;
   }
   return true;
@@ -665,19 +689,20 @@ void conv_backward_data_direct(const Tensor& dy, const Tensor& w, const kernels:
 
 void conv_backward_weight_direct(const Tensor& dy, const Tensor& x, const kernels::ConvGeometry& g, const Tensor& dw,
                                  const Tensor& db) {
+  check_weight_grads(dy, x, dw, db);
   const bool cl = check_layout("conv_backward_weight", {&dy, &x}, {&dw, &db});
   const Problem p = make_problem(x, dw, dy, g, cl);
-  if (cl && p.groups == p.ci && p.groups == p.co) {  // depthwise: its channels-last loop
-    HG_DISPATCH_FLOATING(dy.dtype(), "conv_backward_weight", [&] {
-      direct_backward_weight_dw_cl<scalar_t>(p, ptr<scalar_t>(dy), ptr<scalar_t>(x), mptr<scalar_t>(dw),
-                                             mptr<scalar_t>(db));
-    });
-    return;
-  }
-  if (cl) return conv_backward_weight_direct(row_major(dy), row_major(x), g, dw, db);
+  const bool depthwise_cl = cl && p.groups == p.ci && p.groups == p.co;  // its own channels-last loop
+  if (cl && !depthwise_cl) return conv_backward_weight_direct(row_major(dy), row_major(x), g, dw, db);
   HG_DISPATCH_FLOATING(dy.dtype(), "conv_backward_weight", [&] {
-    direct_backward_weight<scalar_t>(p, ptr<scalar_t>(dy), ptr<scalar_t>(x), mptr<scalar_t>(dw),
-                                     mptr<scalar_t>(db));
+    auto run = [&]<typename W>(W*) {
+      if (depthwise_cl)
+        direct_backward_weight_dw_cl<scalar_t, W>(p, ptr<scalar_t>(dy), ptr<scalar_t>(x), mptr<W>(dw), mptr<W>(db));
+      else
+        direct_backward_weight<scalar_t, W>(p, ptr<scalar_t>(dy), ptr<scalar_t>(x), mptr<W>(dw), mptr<W>(db));
+    };
+    if (dw.dtype() == dy.dtype()) run(static_cast<scalar_t*>(nullptr));
+    else run(static_cast<float*>(nullptr));  // float32 sums (check_weight_grads)
   });
 }
 
@@ -700,6 +725,7 @@ void conv_backward_data(const Tensor& dy, const Tensor& w, const kernels::ConvGe
 
 void conv_backward_weight(const Tensor& dy, const Tensor& x, const kernels::ConvGeometry& g, const Tensor& dw,
                           const Tensor& db) {
+  check_weight_grads(dy, x, dw, db);
 #if HALFGRAD_WITH_ONEDNN
   const bool cl = check_layout("conv_backward_weight", {&dy, &x}, {&dw, &db});
   if (run_onednn(Kind::BackwardWeights, make_problem(x, dw, dy, g, cl), x, dw, db, dy)) return;
