@@ -271,8 +271,12 @@ std::string malloc_library(const std::string& name) {
 // while the calibration at w1024 had picked jemalloc. Decay -1 keeps the pages
 // (the launcher's older 9000000000 ms still faulted 8.1k times a step here).
 // Our own environment's MALLOC_CONF, if set, wins.
-constexpr const char* kJemallocConf =
-    "oversize_threshold:1,background_thread:true,metadata_thp:auto,dirty_decay_ms:-1,muzzy_decay_ms:-1";
+std::string jemalloc_conf() {
+  const char* inherited = std::getenv("MALLOC_CONF");
+  return inherited && *inherited
+             ? inherited
+             : "oversize_threshold:1,background_thread:true,metadata_thp:auto,dirty_decay_ms:-1,muzzy_decay_ms:-1";
+}
 
 // The folder of OpenBLAS's OpenMP build (Debian's libopenblas0-openmp), "" if missing.
 std::string openblas_openmp_dir() {
@@ -410,7 +414,7 @@ struct Runner {
     // value would unset what our environment has
     if (const std::string lib = malloc_library(cfg.malloc); !lib.empty()) {
       env["LD_PRELOAD"] = prepend_env("LD_PRELOAD", lib, ':');
-      if (cfg.malloc == "jemalloc" && !std::getenv("MALLOC_CONF")) env["MALLOC_CONF"] = kJemallocConf;
+      if (cfg.malloc == "jemalloc") env["MALLOC_CONF"] = jemalloc_conf();
     }
     if (const std::string dir = cfg.blas == "openmp" ? openblas_openmp_dir() : ""; !dir.empty())
       env["LD_LIBRARY_PATH"] = prepend_env("LD_LIBRARY_PATH", dir, ':');
@@ -583,7 +587,8 @@ const Series& series(const Results& res, const std::string& c, const std::string
 // Minor page faults per step above which a variant re-faults its memory every step.
 constexpr double kFaultyStep = 1000;
 
-void print_case(const Results& res, const Case& c, const std::vector<std::string>& fws, int steps) {
+void print_case(const Results& res, const Calibration& cal, const Case& c, const std::vector<std::string>& fws,
+                int steps) {
   const double gflop = gemm_flops(c) / 1e9;
   fmt::print("\n{}: {}; {:.3f} GFLOP of GEMMs per step; {} timed steps per round, {} warm-up\n", c.name, describe(c),
              gflop, steps, warmup_steps(steps));
@@ -603,11 +608,13 @@ void print_case(const Results& res, const Case& c, const std::vector<std::string
       fmt::print("  {:<17} {:>9.3f} {:>19} {:>8.1f} {:>6.0f} MB {:>11.1f} {:>5.2f}  {}\n", name, s.ms(),
                  fmt::format("[{:.3f}-{:.3f}]", *lo, *hi), gflop / s.ms() * 1e3, median(s.rss_kb) / 1024,
                  median(s.minflt), median(s.other_load), s.config.short_label(fw));
-      // the calibration ran at w1024 (or seed): an allocator that faults at this size is no fair anchor here
+      // re-faulting its memory every step: likely not its best time (the width
+      // cases run the configuration calibrated at w1024)
       if (median(s.minflt) > kFaultyStep)
-        fmt::print("  ! {} took {:.0f} page faults a step here: its allocator returns memory to the OS at this "
-                   "size, which its calibration did not see; its time here is not its best\n",
-                   name, median(s.minflt));
+        fmt::print("  ! {} took {:.0f} page faults a step{}\n", name, median(s.minflt),
+                   cal.regime(c) != c.name
+                       ? fmt::format(" here, with the configuration calibrated on {}: not a fair time", cal.regime(c))
+                       : "");
     }
 }
 
@@ -762,6 +769,7 @@ int main(int argc, char** argv) {
   fmt::print("every block of steps in a fresh exec'd process with its framework's calibrated environment; rounds "
              "interleave the variants\n");
   fmt::print("inherited environment: {}\n", inherited_env());
+  if (!malloc_library("jemalloc").empty()) fmt::print("jemalloc runs with MALLOC_CONF={}\n", jemalloc_conf());
   Runner runner{self_path(), threads, opt.count("max-wait") ? std::stod(opt["max-wait"]) : 300.0};
   fmt::print("other work keeps {:.2f} cores busy now; ", bench::machine_load(1.0));
   runner.wait_for_quiet();
@@ -772,7 +780,7 @@ int main(int argc, char** argv) {
   fmt::print("\nper case: ms/step = median of all timed steps [min-max of the per-round medians]; peak RSS, minor "
              "page faults per timed step and load (cores busy with other work while the child ran): medians over the "
              "rounds\n");
-  for (const auto& c : cases) print_case(res, c, fws, steps_of(c));
+  for (const auto& c : cases) print_case(res, cal, c, fws, steps_of(c));
   print_summary(res, cases, fws);
   fmt::print("\nshared machine: waited {:.0f} s (of --max-wait {:.0f}) for other work to stop, re-ran {} runs; "
              "{} runs still ran beside other work (the load column: median cores busy with it)\n",

@@ -573,4 +573,15 @@ TEST_CASE("conv: oneDNN's results agree with the portable direct loop", "[ops][c
       }
     }
   }
+  // the direct depthwise loop on channels-last activations, float32 sums from
+  // bfloat16, against the row-major direct loop
+  const k::ConvGeometry g = geo(2, 16, 1, 2, 1);
+  const Tensor x = hgtest::uniform({2, 16, 7, 7}, DType::BFloat16), dy = hgtest::uniform({2, 16, 7, 7}, DType::BFloat16);
+  const Tensor dw1 = hg::empty({16, 1, 5, 5}), dw2 = hg::empty({16, 1, 5, 5}), db1 = hg::empty({16}), db2 = hg::empty({16});
+  hg::cpu::conv_backward_weight_direct(dy.contiguous(hg::MemoryFormat::ChannelsLast),
+                                       x.contiguous(hg::MemoryFormat::ChannelsLast), g, dw1, db1);
+  hg::cpu::conv_backward_weight_direct(dy, x, g, dw2, db2);
+  HG_CHECK_CLOSE(dw1, values(dw2));
+  HG_CHECK_CLOSE(db1, values(db2));
+  CHECK_FALSE(hg::equal(dw1, dw1.to(DType::BFloat16).to(DType::Float32)));
 }
