@@ -110,14 +110,6 @@ Tensor bias_grad(const Tensor& g) {
   return sum(g, dims);
 }
 
-// The weight gradient's dtype: on the CPU, float32 for a weight autocast cast
-// from float32 (Saved::grad_dtypes): oneDNN writes its float32 sums, so the
-// gradient is not rounded to bfloat16 and no cast pass runs back to the master
-// weight (as linear's GEMM, ops/linalg.cpp). Else the gradient's own dtype.
-DType weight_grad_dtype(const Saved& s, const Tensor& g) {
-  return g.device().is_cpu() ? s.grad_dtypes[1] : g.dtype();
-}
-
 Tensor conv_nd(OpId id, int nd, const Tensor& input, const Tensor& weight, const Tensor& bias, const SizeArg& stride_a,
                const PaddingArg& padding_a, const SizeArg& dilation_a, int64_t groups) {
   const std::string_view op = op_name(id);
@@ -183,7 +175,9 @@ Tensor conv_nd(OpId id, int nd, const Tensor& input, const Tensor& weight, const
         }
         const bool want_db = has_bias && s.needs_grad[2];
         if (s.needs_grad[1]) {
-          dw = make_tensor(s.input(1).shape(), dy.options().dtype(weight_grad_dtype(s, dy)));
+          // float32 for an autocast copy of a float32 weight on the CPU: oneDNN writes
+          // its float32 sums, no rounding to bfloat16 and no cast pass (Saved::grad_dtypes)
+          dw = make_tensor(s.input(1).shape(), dy.options().dtype(s.grad_dtypes[1]));
           if (want_db) db = make_tensor({dw.shape()[0]}, dw.options());
           kernels::conv_backward_weight(dy, s.input(0).contiguous(f), g, dw, db);
         } else if (want_db) {
@@ -252,7 +246,7 @@ Tensor conv_transpose_nd(OpId id, int nd, const Tensor& input, const Tensor& wei
           kernels::conv_forward(gy, s.input(1).contiguous(), Tensor(), g, dx);
         }
         if (s.needs_grad[1]) {
-          dw = make_tensor(s.input(1).shape(), gy.options().dtype(weight_grad_dtype(s, gy)));
+          dw = make_tensor(s.input(1).shape(), gy.options().dtype(s.grad_dtypes[1]));
           kernels::conv_backward_weight(s.input(0).contiguous(f), gy, g, dw, Tensor());
         }
         if (s.input(2).defined() && s.needs_grad[2]) db = bias_grad(gy);

@@ -168,8 +168,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activat
         // only the gradients someone needs (the first layer's input needs none)
         Tensor dx = s.needs_grad[0] ? make_tensor(x2.shape(), g.options()) : Tensor();
         // a weight cast from float32 (autocast) gets the GEMM's float32 sums on the CPU (Saved::grad_dtypes)
-        const DType dw_dtype = g.device().is_cpu() ? s.grad_dtypes[1] : g.dtype();
-        Tensor dw = s.needs_grad[1] ? make_tensor(w.shape(), g.options().dtype(dw_dtype)) : Tensor();
+        Tensor dw = s.needs_grad[1] ? make_tensor(w.shape(), g.options().dtype(s.grad_dtypes[1])) : Tensor();
         Tensor db = has_bias && s.needs_grad[2] ? make_tensor({w.shape()[0]}, g.options()) : Tensor();
         kernels::linear_act_backward(g2, x2, gemm_operand(w), act, saved, dx, dw, db);
         return {dx.defined() && x.dim() != 2 ? dx.view(x.shape()) : dx, dw, db};

@@ -120,7 +120,7 @@ Tensor linear_chain(const Tensor& x, const std::vector<Tensor>& weights, const s
           // AMP on the CPU: a weight cast from float32 gets its gradient in float32 straight from the
           // GEMM's float32 sums (oneDNN writes them from bfloat16 operands): no rounding to bfloat16
           // and no cast pass back to the master weight (Saved::grad_dtypes)
-          layer.dw_dtype = g.device().is_cpu() ? s.grad_dtypes[1 + 2 * i] : g.dtype();
+          layer.dw_dtype = s.grad_dtypes[1 + 2 * i];
           if (s.needs_grad[2 + 2 * i]) layer.db = make_tensor({layer.w.shape()[0]}, g.options());
         }
         const Tensor dx =
