@@ -256,6 +256,12 @@ void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& g
              cuda_ops::nll_loss_backward(grad, target, grad_logp, ignore_index));
 }
 
+void cross_entropy_backward(const Tensor& grad, const Tensor& logp, const Tensor& target, const Tensor& gx,
+                            int64_t ignore_index) {
+  HG_BACKEND(logp, cpu::cross_entropy_backward(grad, logp, target, gx, ignore_index),
+             cuda_ops::cross_entropy_backward(grad, logp, target, gx, ignore_index));
+}
+
 void sort(const Tensor& in, const Tensor& values, const Tensor& indices, bool descending) {
   HG_BACKEND(in, cpu::sort(in, values, indices, descending), cuda_ops::sort(in, values, indices, descending));
 }

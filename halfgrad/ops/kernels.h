@@ -248,6 +248,12 @@ void nll_loss_reduced_by_kernels(const Tensor& logp, const Tensor& target, const
 // grad_logp[i, target[i]] = -grad[i] (other entries 0). grad [N], any stride
 // (0: a reduced loss's one gradient, broadcast), grad_logp [N, C].
 void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& grad_logp, int64_t ignore_index);
+// cross_entropy's input gradient from its log-probabilities logp [N, C] in
+// one pass: gx = softmax - one-hot, each row times its grad (grad [N], any
+// stride, 0 for a reduced loss); 0 in a row whose target is ignore_index.
+// What nll_loss_backward then log_softmax_backward give, without the one-hot tensor.
+void cross_entropy_backward(const Tensor& grad, const Tensor& logp, const Tensor& target, const Tensor& gx,
+                            int64_t ignore_index);
 
 // Stable sort of each row of the contiguous [rows, n] `in` (n: its last dim)
 // into contiguous `values` (in's dtype) and int64 `indices` of in's shape:

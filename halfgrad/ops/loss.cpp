@@ -135,11 +135,11 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
       },
       [=](const Saved& s, const Tensor& g) -> Grads {
         const Tensor& t = s.input(1);
-        Tensor glp = make_tensor(logp->shape(), logp->options());
-        kernels::nll_loss_backward(per_sample_grad(g.to(logp->dtype()), reduction, n, count->defined() ? count->to(logp->dtype()) : *count), t.contiguous(), glp,
-                                   ignore_index);
+        const Tensor k = count->defined() ? count->to(logp->dtype()) : *count;
         Tensor gx = make_tensor(logp->shape(), logp->options());
-        kernels::softmax_backward(glp, *logp, gx, /*log=*/true);  // softmax(x) * sum - one-hot
+        // softmax(x) - one-hot, times each sample's gradient
+        kernels::cross_entropy_backward(per_sample_grad(g.to(logp->dtype()), reduction, n, k), *logp, t.contiguous(),
+                                        gx, ignore_index);
         return {gx, Tensor()};
       },
       Save::Inputs);

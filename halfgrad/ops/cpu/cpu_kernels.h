@@ -53,6 +53,8 @@ void nll_loss(const Tensor& logp, const Tensor& target, const Tensor& out, int64
 void nll_loss_reduced(const Tensor& logp, const Tensor& target, const Tensor& out, const Tensor& count,
                       int64_t ignore_index, bool mean, const char* op);
 void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& grad_logp, int64_t ignore_index);
+void cross_entropy_backward(const Tensor& grad, const Tensor& logp, const Tensor& target, const Tensor& gx,
+                            int64_t ignore_index);
 void sort(const Tensor& in, const Tensor& values, const Tensor& indices, bool descending);
 void take_along_dim_backward(const Tensor& g, const Tensor& indices, const Tensor& grad_in);
 void cumsum(const Tensor& in, const Tensor& out, bool reverse);

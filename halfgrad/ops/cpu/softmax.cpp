@@ -33,6 +33,7 @@ void exp_run(const double* t, double* e, int64_t n) {
 constexpr int64_t kBlockElems = 4096;
 
 struct SoftmaxScratch;  // the tag of this file's per-thread buffer
+struct TargetScratch;   // and of cross_entropy_backward's targets
 
 // Per-row max / sum over a block of nr rows of c values (row stride c), taken a
 // column at a time: each row's max or sum is a chain of c dependent
@@ -233,6 +234,55 @@ void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& g
     scalar_t* o = static_cast<scalar_t*>(grad_logp.data_ptr());
     for (int64_t i = 0; i < n; ++i)
       if (tg[i] != ignore_index) o[i * c + tg[i]] = static_cast<scalar_t>(-static_cast<double>(g[i * gs]));
+  });
+}
+
+namespace {
+// o[r, j] = (j == t_r ? dot_r : 0) - e[r, j] * dot_r, dot_r = -g_r (0 for a
+// row without a valid target, whose t_r matches no column).
+template <typename A, typename T>
+[[gnu::always_inline]] inline void ce_rows(const A* e, const A* dot, const int64_t* t, int64_t nr, int64_t c, T* o) {
+  for (int64_t r = 0; r < nr; ++r)
+    for (int64_t j = 0; j < c; ++j)
+      o[r * c + j] = static_cast<T>((j == t[r] ? dot[r] : A(0)) - e[r * c + j] * dot[r]);
+}
+HG_TARGET_CLONES void ce_rows(const float* e, const float* dot, const int64_t* t, int64_t nr, int64_t c, float* o) {
+  ce_rows<float, float>(e, dot, t, nr, c, o);
+}
+}  // namespace
+
+// What nll_loss_backward then log_softmax_backward compute, in one pass with
+// no one-hot tensor: the one-hot row's sum is its one entry -g_i, so
+// gx = one-hot - exp(logp) * (-g_i), the same arithmetic.
+void cross_entropy_backward(const Tensor& grad, const Tensor& logp, const Tensor& target, const Tensor& gx,
+                            int64_t ignore_index) {
+  const int64_t n = logp.shape()[0], c = logp.shape()[1];
+  const int64_t* tg = static_cast<const int64_t*>(target.data_ptr());
+  HG_DISPATCH_FLOATING(logp.dtype(), "cross_entropy_backward", [&] {
+    using A = facc_t<scalar_t>;
+    const scalar_t* g = static_cast<const scalar_t*>(grad.data_ptr());
+    const int64_t gs = grad.stride(0);  // 0: one gradient for every sample (a mean or sum)
+    const scalar_t* lp = static_cast<const scalar_t*>(logp.data_ptr());
+    scalar_t* o = static_cast<scalar_t*>(gx.data_ptr());
+    for_row_blocks(n, c, [&](int64_t r0, int64_t r1) {
+      const int64_t nr = r1 - r0, m = nr * c;
+      A* e = thread_scratch<SoftmaxScratch, A>(m + nr);
+      A* dot = e + m;
+      if constexpr (std::is_same_v<scalar_t, A>) {
+        exp_run(reinterpret_cast<const A*>(lp + r0 * c), e, m);  // the same type (both branches compile)
+      } else {
+        for (int64_t i = 0; i < m; ++i) e[i] = static_cast<A>(lp[r0 * c + i]);
+        exp_run(e, e, m);
+      }
+      int64_t* t = thread_scratch<TargetScratch, int64_t>(nr);
+      for (int64_t r = 0; r < nr; ++r) {
+        const int64_t ti = tg[r0 + r];
+        const bool valid = ti != ignore_index && ti >= 0 && ti < c;
+        t[r] = valid ? ti : -1;
+        dot[r] = valid ? -static_cast<A>(g[(r0 + r) * gs]) : A(0);
+      }
+      ce_rows(e, dot, t, nr, c, o + r0 * c);
+    });
   });
 }
 

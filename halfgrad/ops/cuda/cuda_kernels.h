@@ -48,6 +48,8 @@ void softmax_backward(const Tensor& grad_out, const Tensor& y, const Tensor& gra
 // makes the GradScaler skip the step.
 void nll_loss(const Tensor& logp, const Tensor& target, const Tensor& out, int64_t ignore_index);
 void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& grad_logp, int64_t ignore_index);
+void cross_entropy_backward(const Tensor& grad, const Tensor& logp, const Tensor& target, const Tensor& gx,
+                            int64_t ignore_index);
 // ops/cuda/sort.cu (CUB): segmented radix sort of order-preserving integer
 // keys; a row may hold up to 2^31 - 1 elements. randperm sorts 64-bit random
 // keys from the device's generator (no host sync).

@@ -135,6 +135,27 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// cross_entropy's input gradient, one thread per logit: what the two kernels
+// above give (the one-hot row's sum is its one entry -g_i), in one pass.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    cross_entropy_backward_kernel(const storage_t<T>* __restrict__ grad, int64_t g_stride,
+                                  const int64_t* __restrict__ target, int64_t t_stride,
+                                  const storage_t<T>* __restrict__ logp, storage_t<T>* __restrict__ gx, int64_t n,
+                                  int64_t c, int64_t ignore_index) {
+  using A = facc_t<T>;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t k = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; k < n * c; k += step) {
+    const int64_t i = k / c, j = k - i * c;
+    const int64_t t = target[i * t_stride];
+    const bool valid = t != ignore_index && t >= 0 && t < c;
+    const A dot = valid ? -static_cast<A>(Elem<T>::load(grad[i * g_stride])) : A(0);
+    const A gl = valid && j == t ? dot : A(0);
+    const A e = math::exp_(static_cast<A>(Elem<T>::load(logp[k])));
+    gx[k] = Elem<T>::store(static_cast<acc_t<T>>(gl - e * dot));
+  }
+}
+
 int64_t last_dim(const Tensor& t) { return t.dim() == 0 ? 1 : t.shape().back(); }
 
 void check_rows(const char* op, std::initializer_list<const Tensor*> ts) {
@@ -236,6 +257,24 @@ void nll_loss_backward(const Tensor& grad, const Tensor& target, const Tensor& g
     nll_loss_backward_kernel<scalar_t><<<grid_for(n, kThreads, device), kThreads, 0, stream()>>>(
         data_as<storage_t<scalar_t>>(grad), grad.stride(0), data_as<int64_t>(target), target.stride(0),
         data_as<storage_t<scalar_t>>(grad_logp), n, c, ignore_index);
+    HG_CUDA_CHECK(cudaGetLastError());
+  });
+}
+
+void cross_entropy_backward(const Tensor& grad, const Tensor& logp, const Tensor& target, const Tensor& gx,
+                            int64_t ignore_index) {
+  const int device = common_device("cross_entropy_backward", {&grad, &logp, &target, &gx});
+  check_nll("cross_entropy_backward", logp, target, grad);
+  HG_CHECK(gx.is_contiguous() && gx.shape() == logp.shape() && gx.dtype() == logp.dtype(),
+           "cross_entropy_backward: gradient {} must be contiguous, of {}'s shape and dtype", gx.describe(),
+           logp.describe());
+  const int64_t n = logp.shape()[0], c = logp.shape()[1];
+  if (n == 0 || c == 0) return;
+  DeviceGuard guard(device);
+  HG_DISPATCH_FLOATING(logp.dtype(), "cross_entropy_backward", [&] {
+    cross_entropy_backward_kernel<scalar_t><<<grid_for(n * c, kThreads, device), kThreads, 0, stream()>>>(
+        data_as<storage_t<scalar_t>>(grad), grad.stride(0), data_as<int64_t>(target), target.stride(0),
+        data_as<storage_t<scalar_t>>(logp), data_as<storage_t<scalar_t>>(gx), n, c, ignore_index);
     HG_CUDA_CHECK(cudaGetLastError());
   });
 }
