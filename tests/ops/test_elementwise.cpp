@@ -412,13 +412,18 @@ TEST_CASE("relu backward in every float dtype: the gradient where the output is 
   for (int i = 0; i < 70000; ++i) xs.push_back(i % 5 == 0 ? edges[(i / 5) % edges.size()] : (i % 7) - 3.25);
   const int64_t n = static_cast<int64_t>(xs.size());
   for (DType dt : hgtest::kFloatDTypes)
-    for (bool strided : {false, true}) {
-      INFO(hgtest::dname(dt) << (strided ? " strided" : " dense"));
+    for (const char* layout : {"dense", "strided", "channels-last"}) {
+      INFO(hgtest::dname(dt) << " " << layout);
       const Tensor base = hgtest::make(xs, {n}, dt);
-      Tensor x = strided ? base.reshape({n / 2, 2}).t().contiguous().t() : base;  // same values, column-major
-      if (strided) REQUIRE_FALSE(x.is_contiguous());
+      const bool strided = layout[0] == 's', cl = layout[0] == 'c';
+      Tensor x = strided ? base.reshape({n / 2, 2}).t().contiguous().t()  // same values, column-major
+                 : cl    ? base.reshape({10, 7, 25, 40}).contiguous(MemoryFormat::ChannelsLast)
+                         : base;
+      if (strided || cl) REQUIRE_FALSE(x.is_contiguous());
       x = x.detach().requires_grad_();
-      const Tensor g = hgtest::uniform(x.shape(), dt, 0.5, 2.0);
+      // channels-last: the gradient too, so all three are dense in one order (the flat bfloat16 loop)
+      const Tensor g = cl ? hgtest::uniform(x.shape(), dt, 0.5, 2.0).contiguous(MemoryFormat::ChannelsLast)
+                          : hgtest::uniform(x.shape(), dt, 0.5, 2.0);
       relu(x).backward(g);
       const std::vector<double> yv = values(relu(x.detach())), gv = values(g), gx = values(x.grad());
       for (size_t i = 0; i < yv.size(); ++i) {
