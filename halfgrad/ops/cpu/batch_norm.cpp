@@ -61,7 +61,11 @@ A lane_sum(int64_t s, const F& f) {
 // bits whatever the thread count.
 constexpr int64_t kRowsPerChunk = 256;
 
-bool channels_last(const Tensor& x) { return !x.is_contiguous(); }  // the op gives dense row-major or channels-last
+// Rows of C channels in memory: a channels-last tensor (the op gives dense
+// row-major or channels-last), or any with one position per sample (S = 1:
+// [N, C], or MobileNet's 1x1 maps), whose row-major loops would walk rows of
+// one element, C apart.
+bool channels_last(const Tensor& x) { return !x.is_contiguous() || ncs(x).s == 1; }
 
 // totals[k][ch] = sum over rows r of what row(r, acc) adds to acc[k][ch] (K sums per channel).
 template <typename A, int K, typename Row>
