@@ -235,10 +235,12 @@ TEST_CASE("adaptive_avg_pool2d matches a float64 reference in every dtype", "[op
       {{2, 3, 7, 5}, 3, 2}, {{2, 3, 7, 5}, 1, 1}, {{2, 3, 7, 5}, 7, 5},
       {{2, 3, 7, 5}, 4, 6},  // more outputs than inputs: windows overlap
       {{3, 6, 6}, 4, 4},     {{4, 16, 7, 7}, 1, 1},
+      {{5, 8, 1, 1}, 1, 1},  {{8, 1, 1}, 1, 1},  // 1x1 maps: [N, C] in memory, one row per image
   };
   for (const auto& c : all) {
     for (DType dt : hgtest::kFloatDTypes) {
       for (bool strided : {false, true}) {
+        if (strided && c.in[c.in.size() - 1] * c.in[c.in.size() - 2] == 1) continue;  // 1x1: no transposed layout
         INFO(hg::shape_str(c.in) << " -> " << c.oh << "x" << c.ow << " " << hgtest::dname(dt)
                                  << (strided ? " transposed" : ""));
         const Tensor x = strided ? transposed(c.in, dt) : hgtest::uniform(c.in, dt, -3.0, 3.0);

@@ -137,9 +137,10 @@ void adaptive_avg_pool2d(const Tensor& x, const Tensor& y) {
     using A = stat_t<scalar_t>;
     const scalar_t* xp = cptr<scalar_t>(x);
     scalar_t* yp = mptr<scalar_t>(y);
-    if (oh == 1 && ow == 1 && li.channels_last) {
+    if (oh == 1 && ow == 1 && (li.channels_last || h * w == 1)) {
       // the global average of channels-last images (squeeze-and-excitation's pool):
-      // per image, the H * W rows of C added in order, the channel loop vectorised
+      // per image, the H * W rows of C added in order, the channel loop vectorised;
+      // also 1x1 images, [N, C] in memory in either layout (not one plane at a time)
       const int64_t c = li.c, hw = h * w, images = p / c;
       _Pragma("omp parallel for if (images > 1 && p * hw > kParallelWork)")
       for (int64_t n = 0; n < images; ++n) {
