@@ -15,16 +15,17 @@
 #include <utility>
 #include <vector>
 
+#include <halfgrad/core/macros.h>
 #include <halfgrad/ops/cpu/cpu_kernels.h>
 #include <halfgrad/ops/cpu/norm_pool_util.h>
 #include <halfgrad/ops/cpu/onednn.h>
+#include <halfgrad/ops/cpu/parallel.h>
 #include <halfgrad/ops/norm_pool_math.h>
 
 namespace halfgrad::cpu {
 
 namespace {
 
-constexpr int64_t kParallelWork = kNormPoolParallelWork;
 
 math::BatchNormDims ncs(const Tensor& x) { return math::batch_norm_dims(x); }
 
@@ -67,18 +68,25 @@ constexpr int64_t kRowsPerChunk = 256;
 // one element, C apart.
 bool channels_last(const Tensor& x) { return !x.is_contiguous() || ncs(x).s == 1; }
 
+// The rows [r0, r1) of a channels-last pass, compiled for AVX-512 and AVX2 too
+// (the baseline build is SSE2): row's channel loop is inlined here, so it
+// vectorises for the CPU it runs on. (An OpenMP loop's body is outlined into
+// a function that is not cloned, so the clone is this plain loop inside it.)
+template <typename Row, typename... Args>
+HG_TARGET_CLONES void channels_last_rows(int64_t r0, int64_t r1, const Row& row, Args... args) {
+  for (int64_t r = r0; r < r1; ++r) row(r, args...);
+}
+
 // totals[k][ch] = sum over rows r of what row(r, acc) adds to acc[k][ch] (K sums per channel).
 template <typename A, int K, typename Row>
 void channel_sums(int64_t rows, int64_t c, const Row& row, std::vector<double> (&totals)[K]) {
   const int64_t chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
   std::vector<A> partial(static_cast<size_t>(chunks * K * c), A(0));
-  _Pragma("omp parallel for schedule(static) if (chunks > 1 && rows * c > kParallelWork)")
-  for (int64_t k = 0; k < chunks; ++k) {
+  parallel_for(chunks, rows * c > kNormPoolParallelWork, [&](int64_t k) {
     A* acc[K];
     for (int q = 0; q < K; ++q) acc[q] = partial.data() + (k * K + q) * c;
-    const int64_t end = std::min(rows, (k + 1) * kRowsPerChunk);
-    for (int64_t r = k * kRowsPerChunk; r < end; ++r) row(r, acc);
-  }
+    channels_last_rows(k * kRowsPerChunk, std::min(rows, (k + 1) * kRowsPerChunk), row, static_cast<A* const*>(acc));
+  });
   for (int q = 0; q < K; ++q) totals[q].assign(static_cast<size_t>(c), 0.0);
   for (int64_t k = 0; k < chunks; ++k)
     for (int q = 0; q < K; ++q)
@@ -133,12 +141,16 @@ std::vector<A> per_channel(const A* v, int64_t c, A fill) {
 // f reads per-channel arrays, so the channel loop vectorises.
 template <typename T, typename F>
 void map_channels_last(int64_t rows, int64_t c, const F& f, T* __restrict out) {
-  _Pragma("omp parallel for schedule(static) if (rows > 1 && rows * c > kParallelWork)")
-  for (int64_t r = 0; r < rows; ++r) {
+  auto row = [&](int64_t r) {
     T* o = out + r * c;
     const int64_t base = r * c;
     for (int64_t ch = 0; ch < c; ++ch) o[ch] = static_cast<T>(f(base + ch, ch));
-  }
+  };
+  // one task per thread (no reduction: any split gives the same values)
+  const bool parallel = rows > 1 && rows * c > kNormPoolParallelWork;
+  const int64_t per = parallel ? (rows + omp_get_max_threads() - 1) / omp_get_max_threads() : rows;
+  for_chunks(rows, std::max<int64_t>(per, 1), parallel,
+             [&](int64_t r0, int64_t m) { channels_last_rows(r0, r0 + m, row); });
 }
 
 // ---- oneDNN, for channels-last float32 / bfloat16 -----------------------------------------
@@ -279,7 +291,7 @@ void batch_norm_stats(const Tensor& x, double eps, const Tensor& mean, const Ten
     A* rm = opt_ptr<A>(running_mean);
     A* rv = opt_ptr<A>(running_var);
     if (channels_last(x)) return stats_channels_last<scalar_t>(xp, n * s, c, eps, mp, ip, rm, rv, momentum);
-    _Pragma("omp parallel for if (c > 1 && n * c * s > kParallelWork)")
+    _Pragma("omp parallel for if (c > 1 && n * c * s > kNormPoolParallelWork)")
     for (int64_t ch = 0; ch < c; ++ch) {
       double total = 0;
       for (int64_t i = 0; i < n; ++i) {
@@ -322,7 +334,7 @@ void batch_norm_forward(const Tensor& x, const Tensor& mean, const Tensor& invst
       }, yp);
     }
     const int64_t rows = n * c;
-    _Pragma("omp parallel for if (rows > 1 && rows * s > kParallelWork)")
+    _Pragma("omp parallel for if (rows > 1 && rows * s > kNormPoolParallelWork)")
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t ch = r % c;
       const A m = mp[ch], inv = ip[ch], w = wp ? wp[ch] : A(1), b = bp ? bp[ch] : A(0);
@@ -371,7 +383,7 @@ void batch_norm_backward(const Tensor& g, const Tensor& x, const Tensor& mean, c
         if (dwp) dwp[ch] = static_cast<A>(sum_gx[static_cast<size_t>(ch)] * static_cast<double>(ip[ch]));
       }
     } else if (need_sums) {
-      _Pragma("omp parallel for if (c > 1 && n * c * s > kParallelWork)")
+      _Pragma("omp parallel for if (c > 1 && n * c * s > kNormPoolParallelWork)")
       for (int64_t ch = 0; ch < c; ++ch) {
         const A m = mp[ch];
         double tg = 0, tgx = 0;
@@ -424,7 +436,7 @@ void batch_norm_backward(const Tensor& g, const Tensor& x, const Tensor& mean, c
       }, dxp);
     }
     const int64_t rows = n * c;
-    _Pragma("omp parallel for if (rows > 1 && rows * s > kParallelWork)")
+    _Pragma("omp parallel for if (rows > 1 && rows * s > kNormPoolParallelWork)")
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t ch = r % c;
       const A m = mp[ch], inv = ip[ch], w = wp ? wp[ch] : A(1);
