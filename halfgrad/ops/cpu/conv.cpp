@@ -19,6 +19,7 @@
 #include <vector>
 
 #include <halfgrad/core/error.h>
+#include <halfgrad/core/macros.h>
 #include <halfgrad/ops/cpu/cpu_kernels.h>
 
 namespace halfgrad::cpu {
@@ -256,30 +257,43 @@ void direct_backward_weight(const Problem& p, const T* dy, const T* x, W* dw, W*
 // (tap, output) pair is one vectorised multiply-add over a block of channels.
 // Threads take blocks of channels (no reduction across threads). oneDNN 2.6
 // has no depthwise kernel for this case (see decline_grouped_gemm).
+constexpr int64_t kDwBlock = 64;  // channels per task of the channels-last depthwise weight gradient
+
+// One block of nc <= kDwBlock channels from c0: acc[tap][channel] += dy * x
+// over every sample and output the tap reads. Compiled for AVX-512 and AVX2
+// too (the baseline build is SSE2), the channel loop vectorising; outside the
+// OpenMP loop, whose outlined body is not cloned.
+template <typename T, typename A>
+HG_TARGET_CLONES void dw_cl_block(const Problem& p, const std::vector<TapWalk>& walk, const T* dy, const T* x,
+                                  int64_t c0, int64_t nc, A* acc) {
+  const int64_t c = p.ci, in_plane = p.in_plane(), out_plane = p.out_plane(), sw = p.s[2];
+  for (int64_t n = 0; n < p.n; ++n) {
+    const T* xn = x + n * in_plane * c + c0;
+    const T* dyn = dy + n * out_plane * c + c0;
+    for (const TapWalk& t : walk) {
+      A* a = acc + t.tap * kDwBlock;
+      for (const auto& [xo, yo] : t.rows)
+        for (int64_t ow = t.lo; ow < t.hi; ++ow) {
+          const T* xr = xn + (xo + ow * sw) * c;
+          const T* gr = dyn + (yo + ow) * c;
+          for (int64_t k = 0; k < nc; ++k) a[k] += static_cast<A>(gr[k]) * static_cast<A>(xr[k]);
+        }
+    }
+  }
+}
+
 template <typename T, typename W>
 void direct_backward_weight_dw_cl(const Problem& p, const T* dy, const T* x, W* dw, W* db) {
   using A = conv_acc_t<T>;
-  constexpr int64_t kBlock = 64;
-  const int64_t c = p.ci, in_plane = p.in_plane(), out_plane = p.out_plane(), kvol = p.kvol(), sw = p.s[2];
+  constexpr int64_t kBlock = kDwBlock;
+  const int64_t c = p.ci, out_plane = p.out_plane(), kvol = p.kvol();
   const std::vector<TapWalk> walk = plan_walk(p);
   const int64_t blocks = (c + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static) if (p.n * out_plane * kvol * c >= kParallelWork)
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t c0 = b * kBlock, nc = std::min(kBlock, c - c0);
     std::vector<A> acc(static_cast<size_t>(kvol * kBlock), A(0));  // [tap][channel]; taps no output reads keep 0
-    for (int64_t n = 0; n < p.n; ++n) {
-      const T* xn = x + n * in_plane * c + c0;
-      const T* dyn = dy + n * out_plane * c + c0;
-      for (const TapWalk& t : walk) {
-        A* a = acc.data() + t.tap * kBlock;
-        for (const auto& [xo, yo] : t.rows)
-          for (int64_t ow = t.lo; ow < t.hi; ++ow) {
-            const T* xr = xn + (xo + ow * sw) * c;
-            const T* gr = dyn + (yo + ow) * c;
-            for (int64_t k = 0; k < nc; ++k) a[k] += static_cast<A>(gr[k]) * static_cast<A>(xr[k]);
-          }
-      }
-    }
+    dw_cl_block(p, walk, dy, x, c0, nc, acc.data());
     for (int64_t k = 0; k < nc; ++k)
       for (int64_t tap = 0; tap < kvol; ++tap)
         dw[(c0 + k) * kvol + tap] = static_cast<W>(acc[static_cast<size_t>(tap * kBlock + k)]);
