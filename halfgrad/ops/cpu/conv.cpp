@@ -272,12 +272,25 @@ HG_TARGET_CLONES void dw_cl_block(const Problem& p, const std::vector<TapWalk>& 
     const T* dyn = dy + n * out_plane * c + c0;
     for (const TapWalk& t : walk) {
       A* a = acc + t.tap * kDwBlock;
-      for (const auto& [xo, yo] : t.rows)
+      for (const auto& [xo, yo] : t.rows) {
+        if (nc == kDwBlock) {
+          // a whole block: its sums stay in vector registers along the output row
+          A sum[kDwBlock];
+          for (int64_t k = 0; k < kDwBlock; ++k) sum[k] = a[k];
+          for (int64_t ow = t.lo; ow < t.hi; ++ow) {
+            const T* xr = xn + (xo + ow * sw) * c;
+            const T* gr = dyn + (yo + ow) * c;
+            for (int64_t k = 0; k < kDwBlock; ++k) sum[k] += static_cast<A>(gr[k]) * static_cast<A>(xr[k]);
+          }
+          for (int64_t k = 0; k < kDwBlock; ++k) a[k] = sum[k];
+          continue;
+        }
         for (int64_t ow = t.lo; ow < t.hi; ++ow) {
           const T* xr = xn + (xo + ow * sw) * c;
           const T* gr = dyn + (yo + ow) * c;
           for (int64_t k = 0; k < nc; ++k) a[k] += static_cast<A>(gr[k]) * static_cast<A>(xr[k]);
         }
+      }
     }
   }
 }
