@@ -4,6 +4,9 @@
 // batch 64 of 224x224 images (ImageNet's shape) and batch 256 of 32x32 (the
 // shape train_classifier uses for Fashion-MNIST). Each variant runs in its own
 // process, blocks of steps interleaved (cpu_bench.h); medians and ratios.
+// PyTorch runs with tcmalloc preloaded when it is installed (as its CPU
+// performance guide recommends; bench::python_malloc), halfgrad with its own
+// caching host allocator.
 //
 //   build/benchmarks/cpu_mobilenet_step [--steps 8] [--threads 2] [--only 32] [--ours-only 1]
 //                                       [--layout nchw|nhwc|both] [--mode float32|amp]
@@ -77,6 +80,9 @@ int main(int argc, char** argv) {
   fmt::print("MobileNetV3-small training step (SGD momentum 0.9, cross-entropy, 1000 classes); {} threads\n", threads);
   fmt::print("each variant in its own process, blocks of steps interleaved; median over all steps\n");
   fmt::print("nhwc: images (and so every activation) in channels-last memory; nchw: row-major\n");
+  if (!ours_only)
+    fmt::print("PyTorch's allocator: {}\n", bench::python_malloc().empty() ? std::string("glibc malloc (no tcmalloc: "
+               "scripts/setup --bench installs it)") : "LD_PRELOAD=" + bench::python_malloc());
   for (const Shape s : {Shape{64, 224}, Shape{256, 32}}) {
     if (only != 0 && only != s.size) continue;
     struct Variant {
