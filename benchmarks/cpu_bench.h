@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/resource.h>
@@ -98,23 +99,49 @@ inline std::vector<double> time_in_child(const std::function<std::function<void(
   });
 }
 
+// The system's library folder (where libc is), for the libraries a
+// benchmark preloads or points a child at.
+inline std::string system_lib_dir() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&std::printf), &info) && info.dli_fname) {
+    const std::string path = info.dli_fname;
+    return path.substr(0, path.rfind('/'));
+  }
+  return "/usr/lib/x86_64-linux-gnu";
+}
+
+// `name` in the system's library folder, or under /usr where /lib is not
+// merged into it; "" where it is in neither.
+inline std::string system_lib(const std::string& name) {
+  const std::string dir = system_lib_dir();
+  for (const std::string& d : {dir, "/usr" + dir})
+    if (access((d + "/" + name).c_str(), R_OK) == 0) return d + "/" + name;
+  return "";
+}
+
 // The caching malloc PyTorch's CPU performance guide recommends, preloaded
 // into its process when installed (`scripts/setup --bench` adds it): with
 // glibc's malloc PyTorch frees and re-faults its activations every step,
 // which on a 2-core Zen 5 VM made its MobileNetV3 step 1.5x slower (32x32,
 // batch 256, AMP channels-last: 257 against 165 ms). halfgrad has its own
 // caching host allocator. "" when not installed.
-inline std::string python_malloc() {
-  const char* lib = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4";
-  return access(lib, R_OK) == 0 ? lib : "";
+inline std::string python_malloc() { return system_lib("libtcmalloc_minimal.so.4"); }
+
+// The environment a PyTorch command line starts with: python_malloc() put in
+// front of any LD_PRELOAD the caller set ("" when there is nothing to preload).
+inline std::string python_env_prefix() {
+  const std::string lib = python_malloc();
+  if (lib.empty()) return "";
+  const char* inherited = std::getenv("LD_PRELOAD");
+  return "LD_PRELOAD=" + lib + (inherited && *inherited ? std::string(":") + inherited : std::string()) + " ";
 }
 
 // Runs a Python benchmark script of this folder with PyTorch 1.13 (Debian's
 // /usr/bin/python3), with python_malloc() preloaded, and reads one time in
 // milliseconds per line.
 inline std::vector<double> time_python(const std::string& script_and_args) {
-  const std::string pre = python_malloc().empty() ? "" : "LD_PRELOAD=" + python_malloc() + " ";
-  const std::string cmd = fmt::format("{}/usr/bin/python3 {}/{} 2>/dev/null", pre, HALFGRAD_BENCH_DIR, script_and_args);
+  const std::string cmd =
+      fmt::format("{}/usr/bin/python3 {}/{} 2>/dev/null", python_env_prefix(), HALFGRAD_BENCH_DIR, script_and_args);
   std::vector<double> t;
   FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) return t;

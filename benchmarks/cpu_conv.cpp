@@ -102,9 +102,9 @@ Times time_halfgrad(const std::vector<Shape>& shapes, bool amp, int steps, int b
 }
 
 Times time_pytorch(const std::vector<Shape>& shapes, bool amp, int steps, int batch, int threads) {
-  const std::string pre = bench::python_malloc().empty() ? "" : "LD_PRELOAD=" + bench::python_malloc() + " ";
   std::string cmd = fmt::format("{}/usr/bin/python3 {}/pytorch_cpu_conv.py --mode {} --steps {} --batch {} --threads {}",
-                                pre, HALFGRAD_BENCH_DIR, amp ? "amp" : "float32", steps, batch, threads);
+                                bench::python_env_prefix(), HALFGRAD_BENCH_DIR, amp ? "amp" : "float32", steps, batch,
+                                threads);
   for (const Shape& s : shapes) cmd += " --shape " + s.arg();
   cmd += " 2>/dev/null";
   Times t(shapes.size());

@@ -238,30 +238,10 @@ struct Config {
 
 // The folder of the system's shared libraries (the one libc was loaded from:
 // /lib/x86_64-linux-gnu on Debian), where the allocators and OpenBLAS's builds are.
-std::string system_lib_dir() {
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&std::printf), &info) && info.dli_fname) {
-    const std::string path = info.dli_fname;
-    return path.substr(0, path.rfind('/'));
-  }
-  return "/usr/lib/x86_64-linux-gnu";
-}
-
-bool file_exists(const std::string& path) { return access(path.c_str(), R_OK) == 0; }
-
-// `name` in the system's library folder, or under /usr where /lib is not
-// merged into it; "" where it is in neither.
-std::string system_lib(const std::string& name) {
-  const std::string dir = system_lib_dir();
-  for (const std::string& d : {dir, "/usr" + dir})
-    if (file_exists(d + "/" + name)) return d + "/" + name;
-  return "";
-}
-
 // LD_PRELOAD for Config::malloc ("" for glibc's, or where the library is missing).
 std::string malloc_library(const std::string& name) {
   if (name.empty()) return "";
-  return system_lib(name == "jemalloc" ? "libjemalloc.so.2" : "libtcmalloc_minimal.so.4");
+  return bench::system_lib(name == "jemalloc" ? "libjemalloc.so.2" : "libtcmalloc_minimal.so.4");
 }
 
 // jemalloc's settings in PyTorch's CPU launcher (torch.backends.xeon.run_cpu).
@@ -280,7 +260,7 @@ std::string jemalloc_conf() {
 
 // The folder of OpenBLAS's OpenMP build (Debian's libopenblas0-openmp), "" if missing.
 std::string openblas_openmp_dir() {
-  const std::string lib = system_lib("openblas-openmp/libopenblas.so.0");
+  const std::string lib = bench::system_lib("openblas-openmp/libopenblas.so.0");
   return lib.empty() ? "" : lib.substr(0, lib.rfind('/'));
 }
 

@@ -6,6 +6,7 @@
 #include <array>
 #include <bit>
 #include <cstdlib>
+#include <fstream>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -63,15 +64,25 @@ SizeClass size_class(size_t n) {
   return {index, class_bytes(index)};
 }
 
-// A quarter of the machine's memory, and at least 1 GiB: what a training
-// step's activations may add up to (MobileNetV3-small in float32 at batch 64
-// of 224x224 images frees about 1.3 GB a step; under a 1 GiB cap the excess
-// went back to the system and was faulted in again, 19k page faults a step).
-uint64_t default_limit() {
+// The memory this process may use: the machine's, or its control group's
+// limit where that is lower (a container; cgroup v2, then v1).
+uint64_t memory_available() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  const uint64_t quarter = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / 4 : 0;
-  return std::max(quarter, uint64_t{1} << 30);
+  uint64_t bytes = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+  for (const char* path : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream in(path);
+    uint64_t limit = 0;
+    if (in >> limit && limit > 0 && (bytes == 0 || limit < bytes)) bytes = limit;  // "max" does not parse: no limit
+  }
+  return bytes;
 }
+
+// A quarter of the memory this process may use, and at least 1 GiB: what a
+// training step's activations may add up to (MobileNetV3-small in float32 at
+// batch 64 of 224x224 images frees about 1.3 GB a step; under a 1 GiB cap the
+// excess went back to the system and was faulted in again, 19k page faults a
+// step).
+uint64_t default_limit() { return std::max(memory_available() / 4, uint64_t{1} << 30); }
 
 struct Cache {
   std::mutex mutex;

@@ -18,8 +18,8 @@
 // 112 B, 128 B, 160 B, ...: at most 25% more address space, and none more
 // resident memory, since the tail of a large block is never touched). Freed
 // blocks wait in their class's list; the cache holds at most limit() bytes
-// (a quarter of the machine's memory, at least 1 GiB, by default), beyond
-// which a freed block goes back to the system.
+// (default: a quarter of the machine's or its cgroup's memory, >= 1 GiB),
+// beyond which a freed block goes back to the system.
 //
 //   auto s = hg::host_memory::stats();   // in use, cached, peak, allocations, hits
 //   hg::host_memory::empty_cache();      // give every cached block back (free())
@@ -50,8 +50,8 @@ void empty_cache();
 // Off: every free goes straight back to the system (and the cache is emptied).
 void set_caching(bool on);
 bool caching();
-// The most bytes the cache keeps (default: a quarter of physical memory, at
-// least 1 GiB); lowering it frees what is over.
+// The most bytes the cache keeps (default: a quarter of the machine's or the
+// cgroup's memory, at least 1 GiB); lowering it frees what is over.
 void set_limit(uint64_t bytes);
 uint64_t limit();
 

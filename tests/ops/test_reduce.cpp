@@ -269,22 +269,32 @@ TEST_CASE("CascadeSum, a CUDA thread's running sum: exact past 2^24, error O(log
 // up to 40 and row counts around the kernel's leaf of 16 rows: the last
 // columns of a width that is not a multiple of 16 take a whole 16-lane group
 // (overlapping the previous group, or reading past the row inside the block),
-// so each column is checked alone, on contiguous and on strided inputs.
+// so each column is checked alone. Contiguous inputs reach that kernel
+// directly; widths past its 256-column chunks leave a last chunk of 1, 4 or
+// 15 columns inside longer rows, and over 1024 rows the block partials are
+// summed again. A strided input is packed first (another path, checked too).
 TEST_CASE("column sums of narrow and ragged widths, each column alone", "[ops][reduce]") {
-  for (DType dt : {float32, bfloat16, float64})
+  auto check = [](DType dt, int64_t r, int64_t w, int64_t pad) {
+    INFO(hgtest::dname(dt) << " rows " << r << " width " << w << " row stride " << w + pad);
+    const Tensor full = hgtest::uniform({r, w + pad}, dt, 0.5, 2.0);
+    const Tensor x = pad ? full.slice(1, 0, w) : full;
+    const std::vector<double> v = values(x), s = values(sum(x, {0}));
+    REQUIRE(s.size() == static_cast<size_t>(w));
+    for (int64_t j = 0; j < w; ++j) {
+      double ref = 0;
+      for (int64_t i = 0; i < r; ++i) ref += v[i * w + j];
+      const double tol = (dt == bfloat16 ? 1e-2 : dt == float32 ? 1e-6 : 1e-13) * ref;
+      if (!(std::abs(s[j] - ref) <= tol)) {
+        FAIL_CHECK("column " << j << ": " << s[j] << ", expected " << ref);
+        break;
+      }
+    }
+  };
+  for (DType dt : {float32, bfloat16, float64}) {
     for (int64_t w = 1; w <= 40; ++w)
       for (int64_t r : {1, 2, 15, 16, 17, 33, 100})
-        for (int64_t pad : {0, 3}) {
-          INFO(hgtest::dname(dt) << " rows " << r << " width " << w << " row stride " << w + pad);
-          const Tensor full = hgtest::uniform({r, w + pad}, dt, 0.5, 2.0);
-          const Tensor x = pad ? full.slice(1, 0, w) : full;
-          const std::vector<double> v = values(x), s = values(sum(x, {0}));
-          REQUIRE(s.size() == static_cast<size_t>(w));
-          for (int64_t j = 0; j < w; ++j) {
-            double ref = 0;
-            for (int64_t i = 0; i < r; ++i) ref += v[i * w + j];
-            const double tol = (dt == bfloat16 ? 1e-2 : dt == float32 ? 1e-6 : 1e-13) * ref;
-            CHECK(std::abs(s[j] - ref) <= tol);
-          }
-        }
+        for (int64_t pad : {0, 3}) check(dt, r, w, pad);
+    for (int64_t w : {257, 260, 271})
+      for (int64_t r : {1, 17, 100, 1025, 2100}) check(dt, r, w, 0);
+  }
 }

@@ -169,7 +169,9 @@ struct OnednnBatchNorm {
 };
 
 std::shared_ptr<const OnednnBatchNorm> onednn_bn(const Tensor& x, double eps) {
-  if (!channels_last(x) || (x.dtype() != DType::Float32 && x.dtype() != DType::BFloat16) || x.numel() == 0)
+  // 4-d (nhwc) and 5-d (ndhwc) only: [N, C] and [N, C, L] run our loops
+  if (x.dim() < 4 || !channels_last(x) || (x.dtype() != DType::Float32 && x.dtype() != DType::BFloat16) ||
+      x.numel() == 0)
     return nullptr;
   static onednn::PrimitiveCache<OnednnKey, OnednnBatchNorm> cache;
   return cache.get({x.dtype(), x.shape(), static_cast<float>(eps)}, [](const OnednnKey& k) -> std::shared_ptr<const OnednnBatchNorm> {

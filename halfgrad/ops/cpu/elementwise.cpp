@@ -57,10 +57,11 @@ HG_TARGET_CLONES void relu_backward_bits(uint16_t* o, const uint16_t* g, const u
 }
 
 bool bfloat16_relu_backward(const Tensor& g, const Tensor& y, const Tensor& out) {
-  // one flat run: the three dense in the same memory order (row-major, or channels-last)
-  if (!out.is_contiguous(out.suggest_memory_format())) return false;
+  // one flat run: the three dense in the same memory order (row-major, or
+  // channels-last; is_contiguous(f) ignores the strides of size-1 dims)
+  const MemoryFormat f = out.suggest_memory_format();
   for (const Tensor* t : {&g, &y, &out})
-    if (t->dtype() != DType::BFloat16 || t->shape() != out.shape() || t->strides() != out.strides()) return false;
+    if (t->dtype() != DType::BFloat16 || t->shape() != out.shape() || !t->is_contiguous(f)) return false;
   const int64_t n = out.numel();
   auto* o = static_cast<uint16_t*>(out.data_ptr());
   const auto* gp = static_cast<const uint16_t*>(g.data_ptr());

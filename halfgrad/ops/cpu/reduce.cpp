@@ -146,7 +146,7 @@ HG_TARGET_CLONES void column_leaf(const T* in, int64_t r, int64_t ld, int64_t w,
     column_group(in + j0, r, ld, s);
     for (int64_t j = 0; j < kW; ++j) acc[j0 + j] = s[j];
   }
-  if (j0 == w || r == 0) return;
+  if (j0 == w) return;
   A s[kW] = {};
   if (w >= kW) {
     column_group(in + w - kW, r, ld, s);

@@ -266,13 +266,14 @@ void cross_entropy_backward(const Tensor& grad, const Tensor& logp, const Tensor
     scalar_t* o = static_cast<scalar_t*>(gx.data_ptr());
     for_row_blocks(n, c, [&](int64_t r0, int64_t r1) {
       const int64_t nr = r1 - r0, m = nr * c;
-      A* e = thread_scratch<SoftmaxScratch, A>(m + nr);
+      A* e = thread_scratch<SoftmaxScratch, A>(2 * m + nr);
       A* dot = e + m;
       if constexpr (std::is_same_v<scalar_t, A>) {
         exp_run(reinterpret_cast<const A*>(lp + r0 * c), e, m);  // the same type (both branches compile)
       } else {
-        for (int64_t i = 0; i < m; ++i) e[i] = static_cast<A>(lp[r0 * c + i]);
-        exp_run(e, e, m);
+        A* w = dot + nr;  // widened first, into its own buffer (an in-place exp may not vectorise)
+        for (int64_t i = 0; i < m; ++i) w[i] = static_cast<A>(lp[r0 * c + i]);
+        exp_run(w, e, m);
       }
       int64_t* t = thread_scratch<TargetScratch, int64_t>(nr);
       for (int64_t r = 0; r < nr; ++r) {
