@@ -28,6 +28,19 @@ void exp_run(const double* t, double* e, int64_t n) {
   for (int64_t i = 0; i < n; ++i) e[i] = std::exp(t[i]);
 }
 
+// e[i] = exp(v[i]) for n values of a tensor's dtype, in float (double for
+// float64): the half types are widened into `wide` (n values) first, a buffer
+// of its own (an in-place exp may not vectorise).
+template <typename T, typename A>
+void exp_of(const T* v, int64_t n, A* e, A* wide) {
+  if constexpr (std::is_same_v<T, A>) {
+    exp_run(v, e, n);
+  } else {
+    for (int64_t i = 0; i < n; ++i) wide[i] = static_cast<A>(v[i]);
+    exp_run(wide, e, n);
+  }
+}
+
 // Rows are taken in blocks of about kBlockElems elements (at least one row);
 // a block is the unit of the parallel loop and of the scratch.
 constexpr int64_t kBlockElems = 4096;
@@ -167,13 +180,7 @@ void softmax_backward(const Tensor& grad_out, const Tensor& y, const Tensor& gra
       if (log) {
         A* e = thread_scratch<SoftmaxScratch, A>(2 * n + nr);
         A* dot = e + n;
-        if constexpr (std::is_same_v<scalar_t, A>) {
-          exp_run(reinterpret_cast<const A*>(yb), e, n);  // the same type: no copy (not a template, so both branches compile)
-        } else {
-          A* t = dot + nr;  // y widened to float first
-          for (int64_t i = 0; i < n; ++i) t[i] = static_cast<A>(yb[i]);
-          exp_run(t, e, n);
-        }
+        exp_of(yb, n, e, dot + nr);
         block_grad(gb, yb, static_cast<const A*>(e), nr, c, dot, ob, true);
         return;
       }
@@ -268,13 +275,7 @@ void cross_entropy_backward(const Tensor& grad, const Tensor& logp, const Tensor
       const int64_t nr = r1 - r0, m = nr * c;
       A* e = thread_scratch<SoftmaxScratch, A>(2 * m + nr);
       A* dot = e + m;
-      if constexpr (std::is_same_v<scalar_t, A>) {
-        exp_run(reinterpret_cast<const A*>(lp + r0 * c), e, m);  // the same type (both branches compile)
-      } else {
-        A* w = dot + nr;  // widened first, into its own buffer (an in-place exp may not vectorise)
-        for (int64_t i = 0; i < m; ++i) w[i] = static_cast<A>(lp[r0 * c + i]);
-        exp_run(w, e, m);
-      }
+      exp_of(lp + r0 * c, m, e, dot + nr);
       int64_t* t = thread_scratch<TargetScratch, int64_t>(nr);
       for (int64_t r = 0; r < nr; ++r) {
         const int64_t ti = tg[r0 + r];
