@@ -293,8 +293,7 @@ void batch_norm_stats(const Tensor& x, double eps, const Tensor& mean, const Ten
     A* rm = opt_ptr<A>(running_mean);
     A* rv = opt_ptr<A>(running_var);
     if (channels_last(x)) return stats_channels_last<scalar_t>(xp, n * s, c, eps, mp, ip, rm, rv, momentum);
-    _Pragma("omp parallel for if (c > 1 && n * c * s > kNormPoolParallelWork)")
-    for (int64_t ch = 0; ch < c; ++ch) {
+    parallel_for(c, n * c * s > kNormPoolParallelWork, [&](int64_t ch) {
       double total = 0;
       for (int64_t i = 0; i < n; ++i) {
         const scalar_t* row = xp + (i * c + ch) * s;
@@ -311,7 +310,7 @@ void batch_norm_stats(const Tensor& x, double eps, const Tensor& mean, const Ten
         }));
       }
       finish_stats<A>(ch, m, sq / static_cast<double>(count), count, eps, momentum, mp, ip, rm, rv);
-    }
+    });
   });
 }
 
@@ -336,14 +335,13 @@ void batch_norm_forward(const Tensor& x, const Tensor& mean, const Tensor& invst
       }, yp);
     }
     const int64_t rows = n * c;
-    _Pragma("omp parallel for if (rows > 1 && rows * s > kNormPoolParallelWork)")
-    for (int64_t r = 0; r < rows; ++r) {
+    parallel_for(rows, rows * s > kNormPoolParallelWork, [&](int64_t r) {
       const int64_t ch = r % c;
       const A m = mp[ch], inv = ip[ch], w = wp ? wp[ch] : A(1), b = bp ? bp[ch] : A(0);
       const scalar_t* xr = xp + r * s;
       scalar_t* yr = yp + r * s;
       for (int64_t j = 0; j < s; ++j) yr[j] = static_cast<scalar_t>(math::bn_forward<A>(static_cast<A>(xr[j]), m, inv, w, b));
-    }
+    });
   });
 }
 
@@ -385,8 +383,7 @@ void batch_norm_backward(const Tensor& g, const Tensor& x, const Tensor& mean, c
         if (dwp) dwp[ch] = static_cast<A>(sum_gx[static_cast<size_t>(ch)] * static_cast<double>(ip[ch]));
       }
     } else if (need_sums) {
-      _Pragma("omp parallel for if (c > 1 && n * c * s > kNormPoolParallelWork)")
-      for (int64_t ch = 0; ch < c; ++ch) {
+      parallel_for(c, n * c * s > kNormPoolParallelWork, [&](int64_t ch) {
         const A m = mp[ch];
         double tg = 0, tgx = 0;
         for (int64_t i = 0; i < n; ++i) {
@@ -414,7 +411,7 @@ void batch_norm_backward(const Tensor& g, const Tensor& x, const Tensor& mean, c
         sum_gx[static_cast<size_t>(ch)] = tgx;
         if (dbp) dbp[ch] = static_cast<A>(tg);
         if (dwp) dwp[ch] = static_cast<A>(tgx * static_cast<double>(ip[ch]));
-      }
+      });
     }
     if (!dx.defined() || count == 0) return;
     scalar_t* dxp = mptr<scalar_t>(dx);
@@ -438,8 +435,7 @@ void batch_norm_backward(const Tensor& g, const Tensor& x, const Tensor& mean, c
       }, dxp);
     }
     const int64_t rows = n * c;
-    _Pragma("omp parallel for if (rows > 1 && rows * s > kNormPoolParallelWork)")
-    for (int64_t r = 0; r < rows; ++r) {
+    parallel_for(rows, rows * s > kNormPoolParallelWork, [&](int64_t r) {
       const int64_t ch = r % c;
       const A m = mp[ch], inv = ip[ch], w = wp ? wp[ch] : A(1);
       const scalar_t* xr = xp + r * s;
@@ -457,7 +453,7 @@ void batch_norm_backward(const Tensor& g, const Tensor& x, const Tensor& mean, c
         for (int64_t j = 0; j < s; ++j)
           out[j] = static_cast<scalar_t>(math::bn_backward_eval<A>(static_cast<A>(gr[j]), inv, w));
       }
-    }
+    });
   });
 }
 

@@ -8,13 +8,10 @@
 
 #include <halfgrad/ops/cpu/cpu_kernels.h>
 #include <halfgrad/ops/cpu/norm_pool_util.h>
+#include <halfgrad/ops/cpu/parallel.h>
 #include <halfgrad/ops/norm_pool_math.h>
 
 namespace halfgrad::cpu {
-
-namespace {
-constexpr int64_t kParallelWork = kNormPoolParallelWork;
-}  // namespace
 
 // ---- pooling ---------------------------------------------------------------------------------
 
@@ -31,8 +28,7 @@ void max_pool2d(const Tensor& x, const kernels::Pool2dGeometry& g, const Tensor&
     scalar_t* yp = mptr<scalar_t>(y);
     int64_t* ip = mptr<int64_t>(indices);
     const int64_t work = p * oh * ow * g.kernel[0] * g.kernel[1];
-    _Pragma("omp parallel for if (p > 1 && work > kParallelWork)")
-    for (int64_t pl = 0; pl < p; ++pl) {
+    parallel_for(p, work > kNormPoolParallelWork, [&](int64_t pl) {
       auto load = [xp, pl, li](int64_t i) { return static_cast<A>(xp[li.at(pl, i)]); };
       for (int64_t i = 0; i < oh; ++i) {
         for (int64_t j = 0; j < ow; ++j) {
@@ -44,7 +40,7 @@ void max_pool2d(const Tensor& x, const kernels::Pool2dGeometry& g, const Tensor&
           ip[o] = arg;
         }
       }
-    }
+    });
   });
 }
 
@@ -59,8 +55,7 @@ void max_pool2d_backward(const Tensor& g, const Tensor& indices, const kernels::
     const scalar_t* gp = cptr<scalar_t>(g);
     const int64_t* ip = cptr<int64_t>(indices);
     scalar_t* dp = mptr<scalar_t>(dx);
-    _Pragma("omp parallel for if (p > 1 && p * h * w > kParallelWork)")
-    for (int64_t pl = 0; pl < p; ++pl) {
+    parallel_for(p, p * h * w > kNormPoolParallelWork, [&](int64_t pl) {
       for (int64_t ih = 0; ih < h; ++ih) {
         const math::OutRange rh =
             math::windows_containing(ih, oh, geo.kernel[0], geo.stride[0], geo.padding[0], geo.dilation[0]);
@@ -77,7 +72,7 @@ void max_pool2d_backward(const Tensor& g, const Tensor& indices, const kernels::
           dp[li.at(pl, self)] = static_cast<scalar_t>(acc);
         }
       }
-    }
+    });
   });
 }
 
@@ -88,8 +83,7 @@ void avg_pool2d(const Tensor& x, const kernels::Pool2dGeometry& g, const Tensor&
     const scalar_t* xp = cptr<scalar_t>(x);
     scalar_t* yp = mptr<scalar_t>(y);
     const int64_t work = p * oh * ow * g.kernel[0] * g.kernel[1];
-    _Pragma("omp parallel for if (p > 1 && work > kParallelWork)")
-    for (int64_t pl = 0; pl < p; ++pl) {
+    parallel_for(p, work > kNormPoolParallelWork, [&](int64_t pl) {
       for (int64_t i = 0; i < oh; ++i) {
         for (int64_t j = 0; j < ow; ++j) {
           const math::AvgWindow win = math::avg_window(i, j, h, w, g);
@@ -100,7 +94,7 @@ void avg_pool2d(const Tensor& x, const kernels::Pool2dGeometry& g, const Tensor&
               static_cast<scalar_t>(win.divisor == 0 ? A(0) : sum / static_cast<A>(win.divisor));
         }
       }
-    }
+    });
   });
 }
 
@@ -110,8 +104,7 @@ void avg_pool2d_backward(const Tensor& g, const kernels::Pool2dGeometry& geo, co
     using A = stat_t<scalar_t>;
     const scalar_t* gp = cptr<scalar_t>(g);
     scalar_t* dp = mptr<scalar_t>(dx);
-    _Pragma("omp parallel for if (p > 1 && p * h * w > kParallelWork)")
-    for (int64_t pl = 0; pl < p; ++pl) {
+    parallel_for(p, p * h * w > kNormPoolParallelWork, [&](int64_t pl) {
       for (int64_t ih = 0; ih < h; ++ih) {
         const math::OutRange rh = math::windows_containing(ih, oh, geo.kernel[0], geo.stride[0], geo.padding[0], 1);
         for (int64_t iw = 0; iw < w; ++iw) {
@@ -127,7 +120,7 @@ void avg_pool2d_backward(const Tensor& g, const kernels::Pool2dGeometry& geo, co
           dp[li.at(pl, ih * w + iw)] = static_cast<scalar_t>(acc);
         }
       }
-    }
+    });
   });
 }
 
@@ -142,19 +135,17 @@ void adaptive_avg_pool2d(const Tensor& x, const Tensor& y) {
       // per image, the H * W rows of C added in order, the channel loop vectorised;
       // also 1x1 images, [N, C] in memory in either layout (not one plane at a time)
       const int64_t c = li.c, hw = h * w, images = p / c;
-      _Pragma("omp parallel for if (images > 1 && p * hw > kParallelWork)")
-      for (int64_t n = 0; n < images; ++n) {
+      parallel_for(images, p * hw > kNormPoolParallelWork, [&](int64_t n) {
         std::vector<A> acc(static_cast<size_t>(c), A(0));
         for (int64_t k = 0; k < hw; ++k) {
           const scalar_t* row = xp + (n * hw + k) * c;
           for (int64_t ch = 0; ch < c; ++ch) acc[static_cast<size_t>(ch)] += static_cast<A>(row[ch]);
         }
         for (int64_t ch = 0; ch < c; ++ch) yp[n * c + ch] = static_cast<scalar_t>(acc[static_cast<size_t>(ch)] / static_cast<A>(hw));
-      }
+      });
       return;
     }
-    _Pragma("omp parallel for if (p > 1 && p * h * w > kParallelWork)")
-    for (int64_t pl = 0; pl < p; ++pl) {
+    parallel_for(p, p * h * w > kNormPoolParallelWork, [&](int64_t pl) {
       for (int64_t i = 0; i < oh; ++i) {
         const int64_t h0 = math::adaptive_start(i, h, oh), h1 = math::adaptive_end(i, h, oh);
         for (int64_t j = 0; j < ow; ++j) {
@@ -165,7 +156,7 @@ void adaptive_avg_pool2d(const Tensor& x, const Tensor& y) {
           yp[lo.at(pl, i * ow + j)] = static_cast<scalar_t>(sum / static_cast<A>((h1 - h0) * (w1 - w0)));
         }
       }
-    }
+    });
   });
 }
 
@@ -204,20 +195,18 @@ void adaptive_avg_pool2d_backward(const Tensor& g, const Tensor& dx) {
       const scalar_t* sh = share.data();
       if (li.channels_last) {
         const int64_t c = li.c, rows = (p / c) * hw;
-        _Pragma("omp parallel for if (rows > 1 && p * hw > kParallelWork)")
-        for (int64_t r = 0; r < rows; ++r) {
+        parallel_for(rows, p * hw > kNormPoolParallelWork, [&](int64_t r) {
           const scalar_t* src = sh + (r / hw) * c;
           scalar_t* out = dp + r * c;
           for (int64_t ch = 0; ch < c; ++ch) out[ch] = src[ch];
-        }
+        });
       } else {
-        _Pragma("omp parallel for if (p > 1 && p * hw > kParallelWork)")
-        for (int64_t pl = 0; pl < p; ++pl) std::fill(dp + pl * hw, dp + (pl + 1) * hw, sh[pl]);
+        parallel_for(p, p * hw > kNormPoolParallelWork,
+                     [&](int64_t pl) { std::fill(dp + pl * hw, dp + (pl + 1) * hw, sh[pl]); });
       }
       return;
     }
-    _Pragma("omp parallel for if (p > 1 && p * h * w > kParallelWork)")
-    for (int64_t pl = 0; pl < p; ++pl) {
+    parallel_for(p, p * h * w > kNormPoolParallelWork, [&](int64_t pl) {
       for (int64_t ih = 0; ih < h; ++ih) {
         for (int64_t iw = 0; iw < w; ++iw) {
           A acc = 0;
@@ -236,7 +225,7 @@ void adaptive_avg_pool2d_backward(const Tensor& g, const Tensor& dx) {
           dp[li.at(pl, ih * w + iw)] = static_cast<scalar_t>(acc);
         }
       }
-    }
+    });
   });
 }
 
