@@ -9,10 +9,11 @@
 //   build/benchmarks/cpu_conv [--steps 5] [--blocks 3] [--batch 16] [--threads 2]
 #include <halfgrad.h>
 
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -122,12 +123,12 @@ Times time_pytorch(const std::vector<Shape>& shapes, bool amp, int steps, int ba
 
 int main(int argc, char** argv) {
   int steps = 5, blocks = 3, batch = 16, threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--blocks")) blocks = std::atoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--batch")) batch = std::atoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
-  }
+  CLI::App app{"MobileNetV3-small's conv layers, forward + backward, halfgrad vs PyTorch (docs/performance.md)"};
+  app.add_option("--steps", steps, "steps per block")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--blocks", blocks, "interleaved blocks")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--batch", batch)->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--threads", threads)->check(CLI::PositiveNumber)->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
   omp_set_num_threads(threads);
   const std::vector<Shape> shapes = mobilenet_shapes();
   if (shapes.empty()) {

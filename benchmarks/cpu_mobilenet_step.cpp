@@ -17,7 +17,8 @@
 // each framework's faster layout.
 #include <halfgrad.h>
 
-#include <cstring>
+#include <CLI/CLI.hpp>
+
 #include <map>
 #include <string>
 #include <thread>
@@ -68,14 +69,15 @@ int main(int argc, char** argv) {
   int steps = 8, threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency())), only = 0;
   bool ours_only = false;  // no PyTorch children (profiling our step)
   std::string layouts = "both", mode;  // mode empty: float32 and amp
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--threads")) threads = std::atoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--only")) only = std::atoi(argv[i + 1]);  // an image size: 224 or 32
-    if (!std::strcmp(argv[i], "--ours-only")) ours_only = std::atoi(argv[i + 1]) != 0;
-    if (!std::strcmp(argv[i], "--layout")) layouts = argv[i + 1];  // nchw, nhwc or both
-    if (!std::strcmp(argv[i], "--mode")) mode = argv[i + 1];
-  }
+  CLI::App app{"MobileNetV3-small CPU training step, halfgrad vs PyTorch eager, float32 and bf16 AMP "
+               "(docs/performance.md)"};
+  app.add_option("--steps", steps, "timed steps per variant")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--threads", threads)->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--only", only, "one image size: 224 or 32 (default both)")->check(CLI::IsMember({224, 32}));
+  app.add_option("--ours-only", ours_only, "1: no PyTorch children (profiling our step)");
+  app.add_option("--layout", layouts)->check(CLI::IsMember({"nchw", "nhwc", "both"}))->capture_default_str();
+  app.add_option("--mode", mode, "float32 or amp (default both)")->check(CLI::IsMember({"float32", "amp"}));
+  CLI11_PARSE(app, argc, argv);
   omp_set_num_threads(threads);
   fmt::print("MobileNetV3-small training step (SGD momentum 0.9, cross-entropy, 1000 classes); {} threads\n", threads);
   fmt::print("each variant in its own process, blocks of steps interleaved; median over all steps\n");

@@ -13,11 +13,11 @@
 #include <halfgrad.h>
 #include <halfgrad/distributed/ddp.h>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -39,13 +39,14 @@ int main(int argc, char** argv) {
   std::string device_name = "cpu";
   int64_t global_batch = 256, steps = 30;
   dist::DistributedDataParallelOptions ddp_options;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--device")) device_name = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--global-batch")) global_batch = std::atoll(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--steps")) steps = std::atoll(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--bucket-cap-mb")) ddp_options.bucket_cap_mb = std::atof(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--gradient-as-bucket-view")) ddp_options.gradient_as_bucket_view = std::atoi(argv[i + 1]);
-  }
+  CLI::App app{"all_reduce bandwidth and a data-parallel MLP step over the ranks (docs/distributed.md)"};
+  app.add_option("--device", device_name)->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  app.add_option("--global-batch", global_batch, "samples per step over all ranks")->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--steps", steps)->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--bucket-cap-mb", ddp_options.bucket_cap_mb)->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--gradient-as-bucket-view", ddp_options.gradient_as_bucket_view)->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
   auto& pg = dist::init();
   const int w = pg.world_size(), r = pg.rank();
   const hg::Device device = device_name == "cuda" ? hg::Device::cuda() : hg::Device::cpu();

@@ -8,9 +8,10 @@
 //   build/benchmarks/monitor_overhead [--model mlp|mobilenet|both] [--rounds 3] [--steps 100]
 #include <halfgrad.h>
 
+#include <CLI/CLI.hpp>
+
 #include <fmt/format.h>
 
-#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -113,15 +114,11 @@ void run(const std::string& which, int rounds, int steps) {
 int main(int argc, char** argv) {
   std::string model = "both";
   int rounds = 3, steps = 100;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--model")) model = argv[i + 1];
-    else if (!std::strcmp(argv[i], "--rounds")) rounds = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
-    else {
-      fmt::print(stderr, "usage: monitor_overhead [--model mlp|mobilenet|both] [--rounds N] [--steps N]\n");
-      return 2;
-    }
-  }
+  CLI::App app{"The numerics monitor's cost on a training step (docs/performance.md)"};
+  app.add_option("--model", model)->check(CLI::IsMember({"mlp", "mobilenet", "both"}))->capture_default_str();
+  app.add_option("--rounds", rounds)->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--steps", steps)->check(CLI::PositiveNumber)->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
   if (model == "mlp" || model == "both") run("mlp", rounds, steps);
   if (model == "mobilenet" || model == "both") run("mobilenet", rounds, steps);
   return 0;
