@@ -17,9 +17,9 @@
 
 // CPU hot loops compiled for AVX-512, AVX2 and baseline x86-64; the loader
 // picks one per machine (GCC's function multi-versioning, an IFUNC). The
-// build option HALFGRAD_TARGET_CLONES=OFF turns it off: ThreadSanitizer's
-// runtime crashes resolving IFUNCs in the dynamic loader.
-#if defined(HALFGRAD_NO_TARGET_CLONES) || !defined(__x86_64__) || defined(__CUDACC__)
+// build option HALFGRAD_TARGET_CLONES=OFF turns it off (ThreadSanitizer's runtime
+// crashes resolving IFUNCs), and clang has no clones of function templates.
+#if defined(HALFGRAD_NO_TARGET_CLONES) || !defined(__x86_64__) || defined(__CUDACC__) || defined(__clang__)
 #define HG_TARGET_CLONES
 #else
 #define HG_TARGET_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))

@@ -282,7 +282,8 @@ void batch_norm_training(const Tensor& x, double eps, const Tensor& weight, cons
 
 void batch_norm_stats(const Tensor& x, double eps, const Tensor& mean, const Tensor& invstd,
                       const Tensor& running_mean, const Tensor& running_var, double momentum) {
-  const auto [n, c, s] = ncs(x);
+  const math::BatchNormDims d = ncs(x);  // not a structured binding: clang < 16 cannot capture one in a lambda
+  const int64_t n = d.n, c = d.c, s = d.s;
   const int64_t count = n * s;
   if (count == 0) return;
   HG_DISPATCH_FLOATING(x.dtype(), "batch_norm", [&] {
@@ -316,7 +317,8 @@ void batch_norm_stats(const Tensor& x, double eps, const Tensor& mean, const Ten
 
 void batch_norm_forward(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
                         const Tensor& bias, const Tensor& y) {
-  const auto [n, c, s] = ncs(x);
+  const math::BatchNormDims d = ncs(x);
+  const int64_t n = d.n, c = d.c, s = d.s;
   if (n * c * s == 0) return;
   HG_DISPATCH_FLOATING(x.dtype(), "batch_norm", [&] {
     using A = stat_t<scalar_t>;
@@ -351,7 +353,8 @@ void batch_norm_backward(const Tensor& g, const Tensor& x, const Tensor& mean, c
 #if HALFGRAD_WITH_ONEDNN
   if (training && onednn_backward(g, x, mean, invstd, weight, dx, dweight, dbias)) return;
 #endif
-  const auto [n, c, s] = ncs(x);
+  const math::BatchNormDims d = ncs(x);
+  const int64_t n = d.n, c = d.c, s = d.s;
   const int64_t count = n * s;
   HG_DISPATCH_FLOATING(x.dtype(), "batch_norm_backward", [&] {
     using A = stat_t<scalar_t>;

@@ -21,7 +21,9 @@ Planes planes(const Tensor& in, const Tensor& out) { return math::pool_planes(in
 }  // namespace
 
 void max_pool2d(const Tensor& x, const kernels::Pool2dGeometry& g, const Tensor& y, const Tensor& indices) {
-  const auto [p, h, w, oh, ow, li, lo] = planes(x, y);
+  const Planes pp = planes(x, y);  // not a structured binding: clang < 16 cannot capture one in a lambda
+  const int64_t p = pp.p, h = pp.h, w = pp.w, oh = pp.oh, ow = pp.ow;
+  const math::PlaneLayout li = pp.in, lo = pp.out;
   HG_DISPATCH_FLOATING(x.dtype(), "max_pool2d", [&] {
     using A = stat_t<scalar_t>;
     const scalar_t* xp = cptr<scalar_t>(x);
@@ -49,7 +51,9 @@ void max_pool2d(const Tensor& x, const kernels::Pool2dGeometry& g, const Tensor&
 // gradients of the windows that contain it, in float32 (float64), rounding once.
 void max_pool2d_backward(const Tensor& g, const Tensor& indices, const kernels::Pool2dGeometry& geo,
                          const Tensor& dx) {
-  const auto [p, h, w, oh, ow, li, lo] = planes(dx, g);
+  const Planes pp = planes(dx, g);
+  const int64_t p = pp.p, h = pp.h, w = pp.w, oh = pp.oh, ow = pp.ow;
+  const math::PlaneLayout li = pp.in, lo = pp.out;
   HG_DISPATCH_FLOATING(dx.dtype(), "max_pool2d_backward", [&] {
     using A = stat_t<scalar_t>;
     const scalar_t* gp = cptr<scalar_t>(g);
@@ -77,7 +81,9 @@ void max_pool2d_backward(const Tensor& g, const Tensor& indices, const kernels::
 }
 
 void avg_pool2d(const Tensor& x, const kernels::Pool2dGeometry& g, const Tensor& y) {
-  const auto [p, h, w, oh, ow, li, lo] = planes(x, y);
+  const Planes pp = planes(x, y);
+  const int64_t p = pp.p, h = pp.h, w = pp.w, oh = pp.oh, ow = pp.ow;
+  const math::PlaneLayout li = pp.in, lo = pp.out;
   HG_DISPATCH_FLOATING(x.dtype(), "avg_pool2d", [&] {
     using A = stat_t<scalar_t>;
     const scalar_t* xp = cptr<scalar_t>(x);
@@ -99,7 +105,9 @@ void avg_pool2d(const Tensor& x, const kernels::Pool2dGeometry& g, const Tensor&
 }
 
 void avg_pool2d_backward(const Tensor& g, const kernels::Pool2dGeometry& geo, const Tensor& dx) {
-  const auto [p, h, w, oh, ow, li, lo] = planes(dx, g);
+  const Planes pp = planes(dx, g);
+  const int64_t p = pp.p, h = pp.h, w = pp.w, oh = pp.oh, ow = pp.ow;
+  const math::PlaneLayout li = pp.in, lo = pp.out;
   HG_DISPATCH_FLOATING(dx.dtype(), "avg_pool2d_backward", [&] {
     using A = stat_t<scalar_t>;
     const scalar_t* gp = cptr<scalar_t>(g);
@@ -125,7 +133,9 @@ void avg_pool2d_backward(const Tensor& g, const kernels::Pool2dGeometry& geo, co
 }
 
 void adaptive_avg_pool2d(const Tensor& x, const Tensor& y) {
-  const auto [p, h, w, oh, ow, li, lo] = planes(x, y);
+  const Planes pp = planes(x, y);
+  const int64_t p = pp.p, h = pp.h, w = pp.w, oh = pp.oh, ow = pp.ow;
+  const math::PlaneLayout li = pp.in, lo = pp.out;
   HG_DISPATCH_FLOATING(x.dtype(), "adaptive_avg_pool2d", [&] {
     using A = stat_t<scalar_t>;
     const scalar_t* xp = cptr<scalar_t>(x);
@@ -180,7 +190,9 @@ struct AdaptiveAxis {
 }  // namespace
 
 void adaptive_avg_pool2d_backward(const Tensor& g, const Tensor& dx) {
-  const auto [p, h, w, oh, ow, li, lo] = planes(dx, g);
+  const Planes pp = planes(dx, g);
+  const int64_t p = pp.p, h = pp.h, w = pp.w, oh = pp.oh, ow = pp.ow;
+  const math::PlaneLayout li = pp.in, lo = pp.out;
   const AdaptiveAxis ah(h, oh), aw(w, ow);
   HG_DISPATCH_FLOATING(dx.dtype(), "adaptive_avg_pool2d_backward", [&] {
     using A = stat_t<scalar_t>;
