@@ -12,6 +12,14 @@
 
 namespace hgtest {
 
+// True in a runner started with `--require-cuda` on a machine with a device:
+// the CUDA suites. run_in_child (test_util.h) then runs its work in-process,
+// as CUDA cannot be used in a forked child.
+inline bool& cuda_suite() {
+  static bool on = false;
+  return on;
+}
+
 inline std::optional<std::vector<char*>> catch_args_or_skip(int argc, char** argv) {
   std::vector<char*> args;
   bool require_cuda = false;
@@ -23,6 +31,7 @@ inline std::optional<std::vector<char*>> catch_args_or_skip(int argc, char** arg
     std::printf("no usable CUDA device here: CUDA tests skipped\n");
     return std::nullopt;
   }
+  cuda_suite() = require_cuda;
   return args;
 }
 

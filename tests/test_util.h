@@ -38,6 +38,8 @@
 #include <halfgrad/core/tensor.h>
 #include <halfgrad/ops/ops.h>
 
+#include "require_cuda.h"
+
 namespace hgtest {
 
 using halfgrad::BFloat16;
@@ -82,7 +84,18 @@ inline int64_t ravel(const Shape& idx, const Shape& shape) {
 }
 
 // ---- raw element access (no library kernels involved) ---------------------------------------
+// A CUDA tensor's storage holds a device pointer: reading it here would crash
+// (SIGSEGV). The helpers below read host copies; a raw read of a device tensor
+// is a test failure that says so.
+inline void require_host(const Tensor& t, const char* what) {
+  if (!t.device().is_cpu()) FAIL(what << ": " << t.describe() << " lives on the device; read a host copy (.cpu())");
+}
+
+// `t` itself on the CPU, else a host copy of it (the device's bytes, moved: no cast).
+inline Tensor host(const Tensor& t) { return t.device().is_cpu() ? t : t.detach().cpu(); }
+
 inline double read_raw(const Tensor& t, int64_t off) {
+  require_host(t, "read_raw");
   const void* base = t.storage()->data;
   switch (t.dtype()) {
     case DType::Float32: return static_cast<const float*>(base)[off];
@@ -98,6 +111,7 @@ inline double read_raw(const Tensor& t, int64_t off) {
 // Round v to the dtype (float64 -> float32 first for the half types, then
 // round to nearest even) and store it.
 inline void write_raw(const Tensor& t, int64_t off, double v) {
+  require_host(t, "write_raw");
   void* base = t.storage()->data;
   switch (t.dtype()) {
     case DType::Float32: static_cast<float*>(base)[off] = static_cast<float>(v); break;
@@ -115,21 +129,23 @@ inline void write_raw(const Tensor& t, int64_t off, double v) {
 
 inline std::vector<int64_t> offsets(const Tensor& t) { return halfgrad::autograd::gradcheck_detail::element_offsets(t); }
 
-// A CPU tensor's values in row-major logical order, as float64 (any strides).
+// A tensor's values in row-major logical order, as float64 (any strides; a
+// CUDA tensor is read through a host copy).
 inline std::vector<double> values(const Tensor& t) {
   REQUIRE(t.defined());
-  REQUIRE(t.device().is_cpu());
+  const Tensor h = host(t);
   std::vector<double> out;
-  out.reserve(static_cast<size_t>(t.numel()));
-  for (int64_t off : offsets(t)) out.push_back(read_raw(t, off));
+  out.reserve(static_cast<size_t>(h.numel()));
+  for (int64_t off : offsets(h)) out.push_back(read_raw(h, off));
   return out;
 }
 
 inline std::vector<int64_t> ivalues(const Tensor& t) {
   REQUIRE(t.dtype() == DType::Int64);
-  const auto* base = static_cast<const int64_t*>(t.storage()->data);
+  const Tensor h = host(t);
+  const auto* base = static_cast<const int64_t*>(h.storage()->data);
   std::vector<int64_t> out;
-  for (int64_t off : offsets(t)) out.push_back(base[off]);
+  for (int64_t off : offsets(h)) out.push_back(base[off]);
   return out;
 }
 
@@ -164,9 +180,10 @@ inline std::vector<int64_t> wrap_dims(const Shape& dims, int64_t nd) {
 
 inline std::vector<uint16_t> bits16(const Tensor& t) {
   REQUIRE((t.dtype() == DType::Float16 || t.dtype() == DType::BFloat16));
-  const auto* base = static_cast<const uint16_t*>(t.storage()->data);
+  const Tensor h = host(t);
+  const auto* base = static_cast<const uint16_t*>(h.storage()->data);
   std::vector<uint16_t> out;
-  for (int64_t off : offsets(t)) out.push_back(base[off]);
+  for (int64_t off : offsets(h)) out.push_back(base[off]);
   return out;
 }
 
@@ -444,6 +461,12 @@ inline std::vector<double> round_all(std::vector<double> v, DType dt) {
 // instead of killing the whole test executable. The child's output is
 // discarded; what f threw comes back through a pipe. Use only for small,
 // single-threaded work (no OpenMP regions after fork).
+//
+// CUDA cannot be used in a forked child (the runtime's state does not survive
+// fork: "initialization error"), so in the CUDA suites (runners started with
+// --require-cuda, require_cuda.h) f runs in this process instead: a crash then
+// ends the executable, which the GPU check sees, as it runs each CUDA case in
+// its own process. The CPU suites keep the child.
 struct ChildResult {
   bool crashed = false;      // killed by a signal (e.g. SIGSEGV)
   int signal = 0;
@@ -459,7 +482,26 @@ struct ChildResult {
   }
 };
 
+// f in this process: what it threw, as run_in_child reports it.
+inline ChildResult run_in_process(const std::function<void()>& f) {
+  ChildResult r;
+  try {
+    f();
+    r.returned = true;
+  } catch (const halfgrad::Error& e) {
+    r.threw_error = true;
+    r.message = e.what();
+  } catch (const std::exception& e) {
+    r.threw_other = true;
+    r.message = e.what();
+  } catch (...) {
+    r.threw_other = true;
+  }
+  return r;
+}
+
 inline ChildResult run_in_child(const std::function<void()>& f) {
+  if (cuda_suite()) return run_in_process(f);
   ChildResult r;
   int fds[2];
   REQUIRE(pipe(fds) == 0);
@@ -514,7 +556,8 @@ inline ChildResult run_in_child(const std::function<void()>& f) {
   return r;
 }
 
-// Each case, run in a child process, must throw a halfgrad::Error (not crash,
+// Each case, run through run_in_child (a child process; in-process in the
+// CUDA suites), must throw a halfgrad::Error (not crash,
 // not return) whose message contains each of `says`.
 struct ErrorCase {
   const char* what;

@@ -81,8 +81,11 @@ int main(int argc, char** argv) try {
   hg::optim::SGD optimizer(model.parameters(), {.lr = 0.01});
   hg::amp::GradScaler scaler({.enabled = args.scaler});
 
-  auto inputs = hg::randn({100, 10}, device);
-  auto targets = hg::randint(0, 10, {100}, device);
+  // Drawn on the CPU's generator and moved, like the model's initial weights:
+  // every device then trains on the same numbers, so the CPU's and the GPU's
+  // losses agree to the dtype's precision (each device has its own generator).
+  auto inputs = hg::randn({100, 10}).to(device);
+  auto targets = hg::randint(0, 10, {100}).to(device);
 
   for (int epoch = 0; epoch < args.epochs; ++epoch) {
     std::optional<hg::amp::trace> trace;  // --trace: every autocast decision of the first step

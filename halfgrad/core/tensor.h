@@ -130,12 +130,19 @@ class Tensor {
   // "float32[2, 3] cpu": used in every error message.
   std::string describe() const;
 
-  // Raw data: the first element of this view.
+  // Raw data: the first element of this view (a device address for a CUDA
+  // tensor, for kernels and libraries; never dereference it on the host).
   void* data_ptr() const;
+  // Typed host access: the elements of a CPU tensor. A CUDA tensor's memory
+  // cannot be read on the host (it would crash), so that is an Error.
   template <typename T>
   T* data() const {
     HG_CHECK(dtype_of<T>::value == dtype(), "data<T>: tensor is {}, asked for {}", dtype_name(dtype()),
              dtype_name(dtype_of<T>::value));
+    HG_CHECK(device().is_cpu(),
+             "data<T>: {} lives on {}, and its memory cannot be read on the host; read a host copy (.cpu()), "
+             "or use data_ptr() for the device address",
+             describe(), device().str());
     return static_cast<T*>(data_ptr());
   }
   const std::shared_ptr<Storage>& storage() const { return impl().storage; }

@@ -110,6 +110,14 @@ Tensor& Module::register_parameter(const std::string& name, Tensor& param, bool 
 
 Tensor& Module::register_buffer(const std::string& name, Tensor& buffer, bool persistent) {
   check_new_name("register_buffer", name);
+  // The module's own handle on the caller's storage: to() rewrites the
+  // module's handle in place, and must not move or cast the caller's tensor
+  // with it (PyTorch gives the module a new tensor: `_buffers[k] = fn(buf)`).
+  if (buffer.defined()) {
+    const bool grad = buffer.is_leaf() && buffer.requires_grad();
+    buffer = buffer.detach();
+    if (grad) buffer.requires_grad_(true);
+  }
   buffers_.push_back({name, buffer, persistent});
   return buffer;
 }

@@ -60,7 +60,9 @@ class Module {
   // undefined tensor is allowed and skipped (it stays undefined).
   Tensor& register_parameter(const std::string& name, Tensor& param, bool requires_grad = true);
   // Buffers are state that is not trained (running statistics); a
-  // non-persistent one stays out of state_dict.
+  // non-persistent one stays out of state_dict. `buffer` is rebound to the
+  // module's own handle on the same storage, so to() moves and casts the
+  // module's buffer and never a tensor the caller still holds.
   Tensor& register_buffer(const std::string& name, Tensor& buffer, bool persistent = true);
   // A member sub-module, held by pointer: it must live as long as this one.
   template <typename M>

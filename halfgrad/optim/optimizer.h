@@ -233,6 +233,13 @@ class OptimizerImpl : public Optimizer {
         if (!grad.defined()) continue;
         HG_CHECK(grad.shape() == p.shape() && grad.device() == p.device(),
                  "{}.step: gradient {} does not match its parameter {}", name(), grad.describe(), p.describe());
+        // The kernels read the scaler's tensors where the parameter lives: a
+        // host flag given to a device kernel, or the reverse, would crash.
+        for (const Tensor* s : {&scaler.inv_scale, &scaler.found_inf})
+          HG_CHECK(!s->defined() || (s->device() == p.device() && s->dtype() == DType::Float32 && s->numel() == 1),
+                   "{}.step: the scaler's {} {} must be a one-element float32 tensor on the device of parameter {}; "
+                   "a GradScaler keeps its tensors on its gradients' device (use one scaler per device)",
+                   name(), s == &scaler.inv_scale ? "inv_scale" : "found_inf", s->describe(), p.describe());
         State& state = state_[p.unsafe_impl()];
         if (fuses_on_device(p, grad)) {
           batch_for(batches, p.device()).add(p, grad, &state);

@@ -72,13 +72,16 @@ TEST_CASE("Loss modules take their options as designated initialisers", "[nn][lo
   CHECK(buffer_names(hg::nn::BCEWithLogitsLoss({.pos_weight = pw})) == std::vector<std::string>{"pos_weight"});
   CHECK(item(hg::nn::BCEWithLogitsLoss()(a, t)) == item(hg::binary_cross_entropy_with_logits(a, t)));
 
-  // the buffers follow Module::to (dtype here; device in the CUDA module tests)
-  // (the module holds the caller's tensor, as in PyTorch: w becomes float64 too)
+  // the buffers follow Module::to (dtype here; device in the CUDA module tests),
+  // and the caller's tensor stays as it was (PyTorch gives the module a new
+  // tensor: the w a user passed in is not cast or moved behind their back)
+  const std::vector<double> w_before = hgtest::values(w);
   weighted.to(hg::float64);
   CHECK(weighted.options.weight.dtype() == hg::float64);
-  CHECK(w.dtype() == hg::float64);
+  CHECK(w.dtype() == hg::float32);
+  CHECK(hgtest::values(w) == w_before);
+  CHECK(weighted.state_dict().at("weight").dtype() == hg::float64);
   CHECK(item(weighted(logits.to(hg::float64), target)) ==
-        Approx(item(F::cross_entropy(logits, target,
-                                     {.weight = w.to(hg::float32), .ignore_index = 2, .reduction = hg::Reduction::Sum})))
+        Approx(item(F::cross_entropy(logits, target, {.weight = w, .ignore_index = 2, .reduction = hg::Reduction::Sum})))
             .epsilon(1e-6));
 }

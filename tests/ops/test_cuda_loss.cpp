@@ -143,6 +143,7 @@ TEST_CASE("CUDA loss modules move their weight buffers with to(device)", "[cuda]
   hg::nn::CrossEntropyLoss criterion({.weight = w, .label_smoothing = 0.1});
   criterion.to(kCuda);
   CHECK(criterion.options.weight.device().is_cuda());
+  CHECK(w.device().is_cpu());  // the caller's tensor stays where it was
   const Tensor x = hgtest::uniform({4, 3}, DType::Float32);
   const Tensor t = hg::tensor(std::vector<int64_t>{0, 1, 2, 1});
   expect_close(criterion(dev(x), dev(t)), hg::cross_entropy(x, t, {.weight = w, .label_smoothing = 0.1}), "module");

@@ -100,3 +100,27 @@ TEST_CASE("Updates run under no_grad and keep parameters leaves", "[optim]") {
   CHECK(fc.weight.requires_grad());
   CHECK(hg::autograd::grad_enabled());
 }
+
+TEST_CASE("A scaler hand-shake with tensors of the wrong kind is an Error that changes nothing", "[optim][amp]") {
+  // The fused CPU kernels read inv_scale on the host and the CUDA ones on the
+  // device: a flag or scale anywhere else (or of another dtype or size) must
+  // be refused before any update, not read as whatever bytes are there.
+  hg::Tensor a = hg::ones({4}).requires_grad_();
+  hg::optim::SGD opt({a}, {.lr = 0.5, .momentum = 0.9});
+  a.set_grad(hg::full({4}, 2.0));
+  const auto ok = hg::zeros({}), one = hg::ones({});
+  using Step = hg::amp::ScalerStep;
+  for (const auto& [what, step] : std::vector<std::pair<std::string, Step>>{
+           {"inv_scale float64", Step{ok, hg::ones({}, hg::float64)}},
+           {"inv_scale of 2 elements", Step{ok, hg::ones({2})}},
+           {"found_inf int64", Step{hg::zeros({}, hg::int64), one}},
+       }) {
+    INFO(what);
+    CHECK_THROWS_WITH(opt.step(step), Contains("SGD.step") && Contains("one-element float32") &&
+                                           Contains("float32[4] cpu"));
+    CHECK(values(a) == std::vector<double>{1, 1, 1, 1});
+    CHECK(opt.state(a) == nullptr);
+  }
+  opt.step(Step{ok, hg::full({}, 0.5)});  // the same step, well formed: unscale by 1/2, then update
+  CHECK(values(a) == std::vector<double>{0.5, 0.5, 0.5, 0.5});
+}
