@@ -146,6 +146,21 @@ struct ConvGeometry {
   int64_t stride[3] = {1, 1, 1}, dilation[3] = {1, 1, 1};
   int64_t pad_before[3] = {0, 0, 0}, pad_after[3] = {0, 0, 0};
 };
+// Negative padding: a transposed convolution whose output_padding is >= its stride
+// (legal while < dilation) has pad_after < 0 in the geometry of its convolution
+// (ops/conv.cpp): x's last elements are then read by no output (they get the bias
+// only). The CPU loops take that as it is; cuDNN takes no negative padding (PyTorch
+// never sends it any), so the CUDA backend runs on the part of x that is read,
+// x[start, start + size) per spatial dim, with that padding 0 (`g`): the same out
+// sizes and values. `cropped`: some padding was negative. `empty`: no output reads
+// x at all (every tap lands in padding): y = 0 (+ bias), dx = 0, dw = 0.
+struct ConvCrop {
+  ConvGeometry g;  // pad_before, pad_after >= 0
+  int64_t start[3] = {0, 0, 0}, size[3] = {0, 0, 0};
+  bool cropped = false, empty = false;
+};
+// in: x's g.nd spatial sizes.
+ConvCrop crop_negative_padding(const ConvGeometry& g, const int64_t* in);
 // y = conv(x, w) + bias (bias undefined: none). y is fully overwritten.
 void conv_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const ConvGeometry& g, const Tensor& y);
 // dx = the gradient of conv(x, w) with respect to x for the output gradient dy

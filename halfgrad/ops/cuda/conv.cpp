@@ -21,7 +21,10 @@
 // as 2-d ones with a leading spatial dim of size 1 (as PyTorch does). Where no
 // engine takes a problem as it is: asymmetric padding becomes explicit zeros
 // around a copy (cuDNN then sees symmetric padding), and channels-last, mixed
-// or misaligned tensors run on contiguous, 16-byte aligned copies.
+// or misaligned tensors run on contiguous, 16-byte aligned copies. Negative
+// padding (a transposed convolution with output_padding >= stride), which cuDNN
+// rejects, never reaches it: the run sees only the part of x that outputs read.
+// A descriptor cuDNN does not finalize is "no engine" for the problem, not a throw.
 #include <cudnn.h>
 
 #include <algorithm>
@@ -43,6 +46,7 @@
 #include <halfgrad/ops/cuda/conv.h>
 #include <halfgrad/ops/cuda/cuda_kernels.h>
 #include <halfgrad/ops/cuda/cudnn_check.h>
+#include <halfgrad/ops/kernels.h>
 #include <halfgrad/ops/ops.h>
 
 namespace halfgrad::cuda_ops {
@@ -52,7 +56,7 @@ namespace {
 using cuda::DeviceGuard;
 using cuda::RelaxedCaptureMode;
 
-std::atomic<uint64_t> g_built{0}, g_hits{0}, g_blended{0}, g_added{0}, g_layout_copies{0}, g_padded{0};
+std::atomic<uint64_t> g_built{0}, g_hits{0}, g_blended{0}, g_added{0}, g_layout_copies{0}, g_padded{0}, g_cropped{0};
 
 enum class Kind : uint8_t { Forward, BackwardData, BackwardFilter };
 
@@ -293,6 +297,22 @@ Key make_key(const Problem& p) {
   return k;
 }
 
+std::string status_str(cudnnStatus_t st) {
+  const std::string last = cuda::detail::cudnn_last_error();
+  return fmt::format("{}{}{}", cudnnGetErrorString(st), last.empty() ? "" : ": ", last);
+}
+
+// Finalizes a descriptor of the problem. A failure means cuDNN does not take these
+// dims, strides or this geometry: not an error here but "no engine" (`why` says which
+// descriptor and what cuDNN said), so that the caller can fall back or raise an Error
+// that names the problem.
+bool finalized(cudnnBackendDescriptor_t d, const char* what, std::string& why) {
+  const cudnnStatus_t st = cudnnBackendFinalize(d);
+  if (st == CUDNN_STATUS_SUCCESS) return true;
+  why = fmt::format("the {} descriptor does not finalize: {}", what, status_str(st));
+  return false;
+}
+
 Desc tensor_desc(const View& v, int64_t uid, cudnnDataType_t dt, const std::string& context) {
   Desc d(CUDNN_BACKEND_TENSOR_DESCRIPTOR, context);
   HG_SET(d.get(), CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt);
@@ -300,13 +320,7 @@ Desc tensor_desc(const View& v, int64_t uid, cudnnDataType_t dt, const std::stri
   HG_SET(d.get(), CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, v.rank, v.strides);
   HG_SET(d.get(), CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
   HG_SET(d.get(), CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &v.align);
-  HG_CUDNN_CHECK_CTX(cudnnBackendFinalize(d.get()), context);
-  return d;
-}
-
-std::string status_str(cudnnStatus_t st) {
-  const std::string last = cuda::detail::cudnn_last_error();
-  return fmt::format("{}{}{}", cudnnGetErrorString(st), last.empty() ? "" : ": ", last);
+  return d;  // finalized by the caller (build_plan)
 }
 
 // Would this engine config break the numerics we promise? Tensor cores on
@@ -350,6 +364,9 @@ std::shared_ptr<Plan> build_plan(const Problem& p, cudnnHandle_t handle) {
   keep.push_back(tensor_desc(p.w, kUidW, dt, context));
   keep.push_back(tensor_desc(p.y, kUidY, dt, context));
   cudnnBackendDescriptor_t xd = keep[0].get(), wd = keep[1].get(), yd = keep[2].get();
+  if (!finalized(xd, "x tensor", plan->why) || !finalized(wd, "w tensor", plan->why) ||
+      !finalized(yd, "y tensor", plan->why))
+    return plan;
 
   const Spatial s = spatial(p.g);
   const int64_t nspatial = s.n;
@@ -362,7 +379,7 @@ std::shared_ptr<Plan> build_plan(const Problem& p, cudnnHandle_t handle) {
   HG_SET(conv.get(), CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, nspatial, s.stride);
   HG_SET(conv.get(), CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, nspatial, s.pre);
   HG_SET(conv.get(), CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, nspatial, s.post);
-  HG_CUDNN_CHECK_CTX(cudnnBackendFinalize(conv.get()), context);
+  if (!finalized(conv.get(), "convolution", plan->why)) return plan;
   keep.push_back(std::move(conv));
   cudnnBackendDescriptor_t cd = keep.back().get();
 
@@ -575,6 +592,8 @@ const Tensor& output_of(Kind kind, const Tensor& X, const Tensor& W, const Tenso
 
 bool run_padded(Kind kind, const Tensor& X, const Tensor& W, const Tensor& Y, const kernels::ConvGeometry& g,
                 double beta, bool must);
+bool run_cropped(Kind kind, const Tensor& X, const Tensor& W, const Tensor& Y, const kernels::ConvCrop& crop,
+                 double beta, bool must);
 
 // Runs the problem (kind, X, W, Y as in Problem) into the output; true if an
 // engine took it (else an Error when `must`). `beta`: 1 blends into the
@@ -590,6 +609,10 @@ bool run(Kind kind, const Tensor& X, const Tensor& W, const Tensor& Y, const ker
   HG_CHECK(g.groups >= 1 && X.shape()[1] == W.shape()[1] * g.groups && W.shape()[0] % g.groups == 0 &&
                Y.shape()[1] == W.shape()[0] && X.shape()[0] == Y.shape()[0],
            "{}: x {}, w {} and y {} do not fit groups = {}", op, X.describe(), W.describe(), Y.describe(), g.groups);
+  // Negative padding (a transposed convolution's output_padding >= stride): cuDNN
+  // rejects it, so the problem runs on the part of x that outputs read (kernels.h).
+  const kernels::ConvCrop crop = kernels::crop_negative_padding(g, X.shape().data() + 2);
+  if (crop.cropped) return run_cropped(kind, X, W, Y, crop, beta, must);
   const Tensor& activation = kind == Kind::BackwardData ? Y : X;  // the tensor whose layout the others follow
   const Layout pref = has_layout(activation, Layout::Contiguous) ? Layout::Contiguous : Layout::ChannelsLast;
   Problem p{kind, make_view(X, pref, op, "x"), make_view(W, pref, op, "w"), make_view(Y, pref, op, "y"), g, beta,
@@ -660,6 +683,36 @@ bool run_padded(Kind kind, const Tensor& X, const Tensor& W, const Tensor& Y, co
   fill(xp, 0.0);
   copy(interior, X);
   return run(kind, xp, W, Y, g2, beta, must);
+}
+
+// Negative padding cut off x (kernels::ConvCrop): the run sees x[start, start + size)
+// per spatial dim, with that padding 0. x is read (forward, backward weight) from a
+// dense copy of that part, or written (backward data) through a dense temporary
+// copied into it, the rest of dx zero (no output reads it). Nothing read at all
+// (`empty`): y keeps what it holds (beta = 1: the bias) or is 0, dx = 0, dw = 0.
+bool run_cropped(Kind kind, const Tensor& X, const Tensor& W, const Tensor& Y, const kernels::ConvCrop& crop,
+                 double beta, bool must) {
+  g_cropped.fetch_add(1, std::memory_order_relaxed);
+  if (crop.empty) {
+    if (kind != Kind::Forward || beta == 0) fill(output_of(kind, X, W, Y), 0.0);
+    return true;
+  }
+  Shape shape = X.shape();
+  int64_t offset = X.offset();
+  for (int i = 0; i < crop.g.nd; ++i) {
+    shape[2 + i] = crop.size[i];
+    offset += crop.start[i] * X.strides()[2 + i];
+  }
+  const Tensor part = alias_with(X, shape, X.strides(), offset);
+  const Tensor dense = make_tensor(shape, X.options(), X.suggest_memory_format());
+  if (kind == Kind::BackwardData) {
+    if (!run(kind, dense, W, Y, crop.g, beta, must)) return false;
+    fill(X, 0.0);
+    copy(part, dense);
+    return true;
+  }
+  copy(dense, part);
+  return run(kind, dense, W, Y, crop.g, beta, must);
 }
 
 bool any_empty(std::initializer_list<const Tensor*> ts) {
@@ -764,11 +817,13 @@ ConvPlanCounts conv_plan_counts() {
   c.bias_added = g_added.load(std::memory_order_relaxed);
   c.layout_copies = g_layout_copies.load(std::memory_order_relaxed);
   c.explicit_padding = g_padded.load(std::memory_order_relaxed);
+  c.cropped = g_cropped.load(std::memory_order_relaxed);
   return c;
 }
 
 void reset_conv_plan_counts() {
-  for (auto* c : {&g_built, &g_hits, &g_blended, &g_added, &g_layout_copies, &g_padded}) c->store(0, std::memory_order_relaxed);
+  for (auto* c : {&g_built, &g_hits, &g_blended, &g_added, &g_layout_copies, &g_padded, &g_cropped})
+    c->store(0, std::memory_order_relaxed);
 }
 
 }  // namespace halfgrad::cuda_ops

@@ -16,6 +16,7 @@ struct ConvPlanCounts {
   uint64_t bias_added = 0;     // forward calls that added the bias in a separate pass
   uint64_t layout_copies = 0;  // runs that no engine took in their layouts: redone on contiguous aligned copies
   uint64_t explicit_padding = 0;  // runs whose asymmetric padding no engine took: redone with explicit zeros
+  uint64_t cropped = 0;  // runs with negative padding (output_padding >= stride): redone on the part of x read
 };
 ConvPlanCounts conv_plan_counts();
 void reset_conv_plan_counts();  // the counters only; the cached plans stay

@@ -154,7 +154,8 @@ uint32_t alignment(const void* p, std::initializer_list<int64_t> byte_steps) {
 struct Call {
   const char* op = "gemm";
   int device = 0;
-  DType dtype = DType::Float32;
+  DType dtype = DType::Float32;    // a's and b's
+  DType d_dtype = DType::Float32;  // out's: dtype, or float32 for a half GEMM's float32 sums
   int64_t batch = 1;
   Operand a, b, d;  // cuA (our b), cuB (our a), cuC = cuD (our out)
   const void* a_ptr = nullptr;
@@ -185,6 +186,7 @@ struct Call {
 struct PlanKey {
   int device;
   int32_t data_type;  // cudaDataType
+  int32_t d_type;     // cudaDataType of C and D
   int32_t compute;    // cublasComputeType_t
   int64_t batch;
   Operand a, b, d;
@@ -205,13 +207,14 @@ struct Plan {
 };
 
 PlanKey key_of(const Call& c) {
-  const int64_t es = static_cast<int64_t>(itemsize(c.dtype));
-  auto operand_alignment = [&](const void* p, const Operand& o) {
+  auto operand_alignment = [&](const void* p, const Operand& o, DType t) {
+    const int64_t es = static_cast<int64_t>(itemsize(t));
     return alignment(p, {o.cols > 1 ? o.ld * es : 0, c.batch > 1 ? o.batch_stride * es : 0});
   };
   PlanKey k{};
   k.device = c.device;
   k.data_type = cuda_dtype(c.dtype);
+  k.d_type = cuda_dtype(c.d_dtype);
   k.compute = compute_type(c.dtype);
   k.batch = c.batch;
   k.a = c.a;
@@ -219,9 +222,9 @@ PlanKey key_of(const Call& c) {
   k.d = c.d;
   k.epilogue = static_cast<uint32_t>(c.epilogue);
   k.aux_ld = c.aux_ld;
-  k.align_a = operand_alignment(c.a_ptr, c.a);
-  k.align_b = operand_alignment(c.b_ptr, c.b);
-  k.align_d = operand_alignment(c.d_ptr, c.d);
+  k.align_a = operand_alignment(c.a_ptr, c.a, c.dtype);
+  k.align_b = operand_alignment(c.b_ptr, c.b, c.dtype);
+  k.align_d = operand_alignment(c.d_ptr, c.d, c.d_dtype);
   k.align_bias = c.bias != nullptr ? alignment(c.bias, {}) : 0;
   k.align_aux = c.aux != nullptr ? alignment(c.aux, {}) : 0;  // its ld is in the key (and in bits for a mask)
   return k;
@@ -268,7 +271,7 @@ std::shared_ptr<const Plan> create_plan(const PlanKey& key, const Call& c) {
   const auto type = static_cast<cudaDataType>(key.data_type);
   init_layout(&plan->a, type, key.a, key.batch);
   init_layout(&plan->b, type, key.b, key.batch);
-  init_layout(&plan->d, type, key.d, key.batch);
+  init_layout(&plan->d, static_cast<cudaDataType>(key.d_type), key.d, key.batch);
 
   cublasLtMatmulDescOpaque_t desc;
   build_desc(&desc, key, c);
@@ -419,7 +422,8 @@ Call make_call(const char* op, const Tensor& a_in, const Tensor& b_in, const Ten
   Call c;
   c.op = op;
   c.device = out.device().index();
-  c.dtype = out.dtype();
+  c.dtype = a_in.dtype();
+  c.d_dtype = out.dtype();
   const int nd = static_cast<int>(out.dim());
   c.batch = nd == 3 ? out.shape()[0] : 1;
   const int64_t m = out.shape()[nd - 2], n = out.shape()[nd - 1], k = a_in.shape()[nd - 1];
@@ -563,6 +567,36 @@ void finish_bias_grad(const Tensor& grad_bias, const Tensor& target) {
   if (!target.is_same(grad_bias)) cuda_ops::copy(grad_bias, target);
 }
 
+// z = a @ b + bias rounded once, then out = act(z) (and pre = z when defined), on the
+// plain GEMM: the fallback where no fused epilogue runs. In float16/bfloat16 the GEMM
+// writes its float32 sums (cuBLASLt's D in float32) and one pass adds the bias before
+// z is rounded: rounding the product first (D in the half type, then a bias pass)
+// rounds twice, and so did the GEMM with the bias in C (beta = 1) on the H200 for some
+// shapes; in half types that moves z within an ulp of 0 across it (ReLU's derivative
+// flips). float32/float64: the bias in C, beta = 1. `dst`: where the GEMM's z goes (out,
+// or pre when that is where backward wants it); no bias and no act: dst is written once.
+void plain_gemm_then(const char* op, const Tensor& a, const Tensor& b, Act act, const Tensor& bias,
+                     const Tensor& pre, const Tensor& dst, const Tensor& out) {
+  const bool half = is_low_precision(dst.dtype());
+  if (half && bias.defined()) {
+    const TensorOptions f32 = dst.options().dtype(DType::Float32);
+    const Tensor acc = make_tensor(dst.shape(), f32), bias32 = make_tensor(bias.shape(), f32);
+    cuda_ops::copy(bias32, bias);
+    run_or_throw(make_call(op, a, b, acc));
+    epilogue_pass(Act::Identity, acc, 1.0, bias32, Tensor(), acc);  // float32 + float32: z's float32 value
+    cuda_ops::copy(dst, acc);                                        // its one rounding
+  } else {
+    Call c = make_call(op, a, b, dst);
+    if (bias.defined()) {
+      epilogue_pass(Act::Identity, dst, 0.0, bias, Tensor(), dst);  // scale 0: never reads dst
+      c.beta = 1.f;
+    }
+    run_or_throw(c);
+  }
+  if (act != Act::Identity || !dst.is_same(out) || pre.defined())
+    epilogue_pass(act, dst, 1.0, Tensor(), pre, out);
+}
+
 // out = a @ b (+ bias) (+ beta * out) after the checks: the plain GEMM.
 void gemm_impl(const char* op, const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias_in, float beta) {
   const int nd = static_cast<int>(out.dim());
@@ -579,8 +613,13 @@ void gemm_impl(const char* op, const Tensor& a, const Tensor& b, const Tensor& o
   }
   c.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   c.bias = nullptr;
+  if (bias.defined() && beta == 0.f) return plain_gemm_then(op, a, b, Act::Identity, bias, Tensor(), out, out);
+  if (bias.defined()) {
+    // beta * out + bias first (one rounding of its own), then the GEMM adds the product.
+    epilogue_pass(Act::Identity, out, beta, bias, Tensor(), out);
+    c.beta = 1.f;
+  }
   run_or_throw(c);
-  if (bias.defined()) epilogue_pass(Act::Identity, out, 1.0, bias, Tensor(), out);
 }
 
 }  // namespace
@@ -707,16 +746,43 @@ bool linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias_in, Ep
     // No kernel for this epilogue with these shapes (e.g. one row or one feature):
     // the plain GEMM below. A ReLU mask then stays unwritten (we return false).
   }
-  // The plain GEMM, then one pass for bias, activation and z.
-  c.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-  c.bias = nullptr;
-  c.aux = nullptr;
-  c.aux_ld = 0;
-  run_or_throw(c);
-  if (act == Act::Identity && !has_bias) return true;
-  const bool write_z = want_z && (gemm_out != &aux || has_bias);  // aux lacks z, or lacks its bias
-  epilogue_pass(act, *gemm_out, 1.0, bias, write_z ? aux : Tensor(), out);
+  // The plain GEMM, z = x2 @ w^T + bias rounded once (plain_gemm_then), then one pass
+  // for the activation and z.
+  plain_gemm_then(op, x2, transposed(w), act, bias, want_z && gemm_out != &aux ? aux : Tensor(), *gemm_out, out);
   return !mask;
+}
+
+bool relu_mask_epilogue_available(const Tensor& x2, const Tensor& w, const Tensor& bias_in, const Tensor& out,
+                                  const Tensor& mask) {
+  constexpr const char* op = "relu_mask_epilogue_available";
+  HG_CHECK(out.defined() && out.device().is_cuda() && out.dim() == 2,
+           "{}: out must be a 2-d CUDA tensor [N, out_features], got {}", op,
+           out.defined() ? out.describe() : std::string("undefined"));
+  check_cuda(op, "x2", x2, out);
+  check_cuda(op, "w", w, out);
+  HG_CHECK(x2.dim() == 2 && w.dim() == 2 && w.shape()[1] == x2.shape()[1],
+           "{}: expected x2 [N, in] and w [out, in], got {} and {}", op, x2.describe(), w.describe());
+  const int64_t rows = x2.shape()[0], in = x2.shape()[1], features = w.shape()[0];
+  check_shape(op, "out", out, {rows, features});
+  if (bias_in.defined()) {
+    check_cuda(op, "bias", bias_in, out);
+    check_shape(op, "bias", bias_in, {features});
+  }
+  HG_CHECK(is_mask(mask), "{}: mask must come from make_relu_mask, got {}", op,
+           mask.defined() ? mask.describe() : std::string("undefined"));
+  const int64_t mask_ld = check_mask(op, mask, rows, features, out.device());
+  // The same decisions, in the same order, as linear_forward's.
+  if (!g_fusion.load(std::memory_order_relaxed)) return false;
+  if (out.numel() == 0) return true;  // nothing to write
+  if (in == 0 || !g_relu_fusion.load(std::memory_order_relaxed) || !aligned(mask)) return false;
+  DeviceGuard guard(out.device().index());
+  const Tensor bias = contiguous_bias(bias_in);
+  Call c = make_call(op, x2, transposed(w), out);
+  c.epilogue = bias.defined() ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_RELU_AUX;
+  c.bias = bias.defined() ? bias.data_ptr() : nullptr;
+  c.aux = mask.data_ptr();
+  c.aux_ld = mask_ld;
+  return find_or_create_plan(key_of(c), c)->supported;
 }
 
 void activation_backward(Epilogue epi, const Tensor& grad_y, const Tensor& saved, const Tensor& grad_z) {

@@ -77,14 +77,31 @@ Tensor make_relu_mask(int64_t rows, int64_t features, Device device);
 //                 a multiple of 8 and aux contiguous) GELU_AUX_BIAS writes it in the
 //                 same GEMM; otherwise an elementwise pass does.
 //     None, Bias: must be undefined.
-// When cuBLASLt has no kernel for a fused epilogue (e.g. float64), the GEMM runs
-// plain and one elementwise pass applies bias and activation: same results.
-// Returns false when a ReLU mask was asked for but cuBLASLt has no mask epilogue
-// for these shapes or this dtype (float64 never has one; a half type may lack one
-// for, say, one row or one feature), or may not use it (relu_epilogue_fusion() false): y is right, the mask is not written, and
-// backward must read y instead (InputActivation::output). True otherwise.
+// When cuBLASLt has no kernel for a fused epilogue (asked of its heuristic), the GEMM
+// runs plain with the bias in C and one elementwise pass applies the activation.
+// z = x2 @ w^T + b rounds once to out's dtype, as on the CPU and in PyTorch: the BIAS
+// epilogue, or (fusion off, no fused kernel) the plain GEMM writing float32 sums that
+// one pass adds the bias to before rounding (float16/bfloat16), or with the bias in C
+// and beta = 1 (float32/float64). Rounding the product before the bias rounds twice and,
+// in the half types, moves z within an ulp of 0 across it: ReLU's derivative flips. (On
+// the H200 half GEMMs with the bias in C rounded twice for some shapes, so half types
+// do not rely on it.)
+// Returns false when a ReLU mask was asked for but cuBLASLt has no mask epilogue for
+// these operands (which dtypes and shapes have one depends on the cuBLAS version and
+// the GPU: ask relu_mask_epilogue_available), or may not use it (epilogue_fusion() or
+// relu_epilogue_fusion() false): y is right, the mask is not written, and backward
+// must read y instead (InputActivation::output). True otherwise.
 bool linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias, Epilogue epi, const Tensor& out,
                     const Tensor& aux);
+
+// Whether linear_forward(x2, w, bias, Epilogue::BiasRelu, out, mask) would write the
+// mask now: the settings allow cuBLASLt's ReLU epilogues, the mask is aligned, and
+// cuBLASLt's heuristic has a RELU_AUX_BIAS (RELU_AUX without a bias) kernel for these
+// operands, dtype and device. Asked of cuBLASLt at run time and cached with the GEMM
+// plans, never assumed. Same arguments and checks as linear_forward; runs no GEMM and
+// counts nothing (it may copy an operand that cuBLASLt cannot read in place).
+bool relu_mask_epilogue_available(const Tensor& x2, const Tensor& w, const Tensor& bias, const Tensor& out,
+                                  const Tensor& mask);
 
 // Chain fusion: what produced this layer's input x2, when x2 = act(z_prev) came
 // from linear_forward of the layer below. cuBLASLt applies dReLU/dGELU (and the
@@ -139,8 +156,8 @@ void linear_backward_epilogue(const Tensor& grad, const Tensor& x2, const Tensor
 // The chain fusion above, as one autograd node: h[i+1] = act_i(h[i] @ w[i]^T + b[i]),
 // epi[i] the Epilogue of layer i. Forward: linear_forward per layer; with `keep`, a hidden
 // ReLU layer writes cuBLASLt's mask (when fusion is on, set_relu_epilogue_fusion(true)
-// allows cuBLASLt's ReLU, and its dtype has RELU_AUX: not float64; else backward reads
-// its output), a GELU layer z (tanh: with its row stride rounded up to a multiple of 8, so
+// allows cuBLASLt's ReLU, and cuBLASLt has a RELU_AUX kernel for it: linear_forward
+// says whether it wrote the mask; else backward reads its output), a GELU layer z (tanh: with its row stride rounded up to a multiple of 8, so
 // GELU_AUX_BIAS and DGELU_BGRAD apply at any width). Returns that per-layer state.
 // Backward, top down: the last layer's activation is one pass (nothing above it); every
 // other layer's dReLU/dGELU and bias gradient ride in the dx GEMM of the layer above

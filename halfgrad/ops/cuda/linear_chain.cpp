@@ -33,10 +33,10 @@ std::vector<Tensor> linear_chain(const std::vector<Tensor>& h, const std::vector
       switch (epi[i]) {
         case Epilogue::BiasRelu:
           // Read only by the DRELU_BGRAD epilogue of the layer above (the last layer's own
-          // dReLU is a pass on its output). cuBLASLt writes masks for the half types and float32.
-          // Only where cuBLASLt's ReLU may run (it maps NaN to 0: gemm.h, set_relu_epilogue_fusion).
-          if (i + 1 < layers && fusion && relu_epilogue_fusion() && out.dtype() != DType::Float64 &&
-              h[i].numel() > 0 && out.numel() > 0)
+          // dReLU is a pass on its output). Only where cuBLASLt's ReLU may run (it maps NaN
+          // to 0: gemm.h, set_relu_epilogue_fusion). Whether cuBLASLt has a mask kernel for
+          // this dtype and these shapes is its answer at run time: linear_forward says.
+          if (i + 1 < layers && fusion && relu_epilogue_fusion() && h[i].numel() > 0 && out.numel() > 0)
             saved[i] = make_relu_mask(rows, features, out.device());
           break;
         case Epilogue::BiasGeluTanh: saved[i] = padded_z(rows, features, out.options()); break;
