@@ -4,12 +4,16 @@
 // (3x3 stride-2 stem, depthwise 3x3/5x5 with groups = channels, 1x1
 // pointwise), 1d/3d, dilation, "same", transposed with output_padding,
 // non-contiguous inputs and autocast. Run only where a GPU is usable ("[cuda]").
+// float32 is compared with TF32 off: cuDNN may use TF32 tensor cores for float32
+// convolutions by default (cudnn_allow_tf32(), PyTorch's default), ~1e-3 off.
 #include <catch2/catch.hpp>
 
 #include <halfgrad.h>
 
 #include <string>
 #include <vector>
+
+#include <halfgrad/ops/cuda/conv.h>
 
 #include "cuda_compare.h"
 #include "test_util.h"
@@ -26,6 +30,23 @@ using hgtest::cuda::kCuda;
 using hgtest::cuda::leaf_on;
 
 namespace {
+
+// Exact float32 for the comparison, put back afterwards (the settings are process-wide).
+// Every convolution, 1x1 ones included, runs on cuDNN (cudnn_allow_tf32); the matmul
+// setting is turned off too, so that a 1x1 convolution routed to cuBLASLt one day
+// stays exact here.
+struct ExactFloat32 {
+  bool cudnn = hg::cudnn_allow_tf32();
+  std::string matmul = hg::get_float32_matmul_precision();
+  ExactFloat32() {
+    hg::set_cudnn_allow_tf32(false);
+    hg::set_float32_matmul_precision("highest");
+  }
+  ~ExactFloat32() {
+    hg::set_cudnn_allow_tf32(cudnn);
+    hg::set_float32_matmul_precision(matmul);
+  }
+};
 
 struct Case {
   std::string name;
@@ -77,6 +98,9 @@ const std::vector<Case>& cases() {
 }  // namespace
 
 TEST_CASE("cuda conv: forward and backward match the CPU", "[cuda][conv]") {
+  ExactFloat32 exact;
+  REQUIRE_FALSE(hg::cudnn_allow_tf32());  // asked, not assumed: the library's own answer
+  REQUIRE_FALSE(hg::float32_matmul_allows_tf32());
   for (const Case& c : cases()) {
     for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16}) {
       INFO(c.name << " " << hgtest::dname(dt));
@@ -96,6 +120,29 @@ TEST_CASE("cuda conv: forward and backward match the CPU", "[cuda][conv]") {
       if (b.defined()) expect_same(bg.grad(), bc.grad(), "grad bias", false, 2 * hgtest::tol(dt));
     }
   }
+}
+
+// output_padding >= stride (legal while < dilation): the convolution behind it has
+// negative padding, which cuDNN rejects; the backend runs on the part of the output
+// that inputs reach, and the rest gets the bias only, as on the CPU.
+TEST_CASE("cuda conv_transpose with output_padding >= stride crops instead of padding negatively", "[cuda][conv]") {
+  ExactFloat32 exact;
+  const Tensor x = hgtest::uniform({2, 4, 9}, DType::Float32), w = hgtest::uniform({4, 3, 3}, DType::Float32, -1, 1);
+  const Tensor b = hgtest::uniform({3}, DType::Float32);
+  Tensor xc = leaf_on(x, kCpu), xg = leaf_on(x, kCuda), wc = leaf_on(w, kCpu), wg = leaf_on(w, kCuda);
+  hg::cuda_ops::reset_conv_plan_counts();
+  const Tensor yc = hg::conv_transpose1d(xc, wc, b, 1, 0, 1, 1, 2);
+  const Tensor yg = hg::conv_transpose1d(xg, wg, b.to(kCuda), 1, 0, 1, 1, 2);
+  CHECK(hg::cuda_ops::conv_plan_counts().cropped >= 1);
+  REQUIRE(yg.shape() == Shape{2, 3, 14});
+  expect_same(yg, yc, "forward");
+  // the last position is reached by no input: the bias alone
+  expect_same(yg.narrow(2, 13, 1), b.view({1, 3, 1}).expand({2, 3, 1}).contiguous(), "the unreached tail");
+  const Tensor v = hgtest::uniform(yc.shape(), DType::Float32);
+  yc.backward(v);
+  yg.backward(v.to(kCuda));
+  expect_same(xg.grad(), xc.grad(), "grad input", false, 2e-5);
+  expect_same(wg.grad(), wc.grad(), "grad weight", false, 2e-5);
 }
 
 TEST_CASE("cuda conv: non-contiguous and unbatched inputs, weight gradient only", "[cuda][conv]") {

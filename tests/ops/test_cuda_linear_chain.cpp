@@ -77,15 +77,80 @@ Leaves on(const Leaves& host, hg::Device device, bool x_grad) {
   return l;
 }
 
+// The spacing of a dtype's values relative to their magnitude (one ulp at most).
+double epsilon(DType dt) {
+  switch (dt) {
+    case DType::Float64: return 0x1p-52;
+    case DType::Float32: return 0x1p-23;
+    case DType::Float16: return 0x1p-10;
+    case DType::BFloat16: return 0x1p-7;
+    default: return 0;
+  }
+}
+
+// n rows of x (drawn until found) whose every ReLU pre-activation z is clear of 0 by
+// more than one ulp of each of its terms could move it: margin = e * (sum_k |h_k w_jk| +
+// |b_j|), e the dtype's epsilon, plus 2^-10 below a tanh-GELU layer (cuBLASLt's may use
+// the hardware tanh). relu'(z) jumps at 0, so a z closer than that may land on either
+// side on the two devices (a different accumulation order, a layer input one ulp apart,
+// a cuBLASLt kernel that rounds x w^T before adding the bias), and one unit on the other
+// side moves a layer's gradients by several percent: a real difference in the inputs,
+// not in the code under test. GELU's derivative is smooth and needs no margin. Rows are
+// independent in a chain, so picking rows picks inputs.
+Tensor x_clear_of_relu_kinks(const Case& c, const std::vector<Tensor>& w, const std::vector<Tensor>& b, DType dt,
+                             int64_t n) {
+  hg::no_grad off;
+  const int64_t in = c.widths[0];
+  std::vector<double> rows;
+  int64_t found = 0, drawn = 0;
+  while (found < n) {
+    REQUIRE(drawn < 400 * std::max<int64_t>(n, 8));  // a margin this strict would be a bug of its own
+    const Tensor cand = uniform({64, in}, dt, -1, 1);
+    drawn += 64;
+    std::vector<bool> clear(64, true);
+    Tensor h = cand;
+    bool below_tanh = false;
+    for (size_t i = 0; i < w.size(); ++i) {
+      const Tensor z = hg::linear(h, w[i], b[i]);
+      if (c.acts[i] == A::ReLU) {
+        const int64_t k = w[i].shape()[1], f = w[i].shape()[0];
+        const auto hv = values(h), wv = values(w[i]), zv = values(z);
+        const auto bv = b[i].defined() ? values(b[i]) : std::vector<double>(static_cast<size_t>(f), 0.0);
+        const double e = epsilon(dt) + (below_tanh ? 0x1p-10 : 0.0);
+        for (int64_t r = 0; r < 64; ++r)
+          for (int64_t j = 0; j < f && clear[static_cast<size_t>(r)]; ++j) {
+            double scale = std::fabs(bv[static_cast<size_t>(j)]);
+            for (int64_t q = 0; q < k; ++q)
+              scale += std::fabs(hv[static_cast<size_t>(r * k + q)] * wv[static_cast<size_t>(j * k + q)]);
+            if (std::fabs(zv[static_cast<size_t>(r * f + j)]) <= e * scale) clear[static_cast<size_t>(r)] = false;
+          }
+      }
+      below_tanh = below_tanh || c.acts[i] == A::GELUTanh;
+      h = c.acts[i] == A::ReLU       ? hg::relu(z)
+          : c.acts[i] == A::GELU     ? hg::gelu(z)
+          : c.acts[i] == A::GELUTanh ? hg::gelu(z, "tanh")
+                                     : z;
+    }
+    const auto cv = values(cand);
+    for (int64_t r = 0; r < 64 && found < n; ++r)
+      if (clear[static_cast<size_t>(r)]) {
+        rows.insert(rows.end(), cv.begin() + r * in, cv.begin() + (r + 1) * in);
+        ++found;
+      }
+  }
+  return make(rows, {n, in}, dt);
+}
+
 // Forward and every gradient on CUDA against the CPU; `fused_backward`: the epilogue
 // fusion setting during backward (turning it off after the forward drops the ReLU mask).
 void check_case(const Case& c, DType dt, bool fused_forward, bool fused_backward, bool x_grad, int64_t n = 40) {
-  Leaves host{uniform({n, c.widths[0]}, dt, -1, 1), {}, {}};
+  Leaves host{Tensor(), {}, {}};
   for (size_t i = 0; i + 1 < c.widths.size(); ++i) {
     const double bound = 1.5 / std::sqrt(static_cast<double>(c.widths[i]));
     host.w.push_back(uniform({c.widths[i + 1], c.widths[i]}, dt, -bound, bound));
     host.b.push_back(c.bias[i] ? uniform({c.widths[i + 1]}, dt, -0.5, 0.5) : Tensor());
   }
+  host.x = x_clear_of_relu_kinks(c, host.w, host.b, dt, n);
   const Tensor g = uniform({n, c.widths.back()}, dt, -1, 1);
   const Leaves cpu = on(host, hg::Device::cpu(), x_grad), gpu = on(host, kCuda, x_grad);
   const Tensor yc = hg::linear_chain(cpu.x, cpu.w, cpu.b, c.acts);
