@@ -1033,7 +1033,9 @@ TEST_CASE("cuda epilogues take under-aligned bias, bias-gradient and aux views",
 // The cuBLASLt workspace is per call, from the stream-ordered pool: GEMMs on many
 // short-lived streams leave nothing behind (it used to be a 32 MiB cudaMalloc per
 // stream handle, never freed, and shared by a new stream that got a dead one's handle).
-TEST_CASE("cuda GEMMs on short-lived streams leave no workspace behind", "[cuda][gemm]") {
+// [alone]: it reads the device's free memory, which other processes' allocations move,
+// so scripts/gpu-check runs it with nothing beside it.
+TEST_CASE("cuda GEMMs on short-lived streams leave no workspace behind", "[cuda][gemm][alone]") {
   const DType dt = DType::Float16;
   // A long k invites split-K, so some algorithm may well want a workspace.
   const Tensor a = dev(uniform({64, 8192}, dt)), b = dev(uniform({8192, 64}, dt));
