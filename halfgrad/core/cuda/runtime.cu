@@ -44,6 +44,10 @@ cudaMemPool_t pool_for(int device) {
   cudaMemPool_t pool;
   HG_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
   std::call_once(once[device], [pool] {  // a throw leaves it unset: tried again next time
+    // The first allocation may come inside a graph capture (a process whose
+    // first CUDA tensor is made while capturing): setting a pool attribute is
+    // forbidden in the default capture mode and would end the capture.
+    RelaxedCaptureMode relaxed;
     uint64_t keep_all = UINT64_MAX;
     HG_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all));
   });
