@@ -96,6 +96,17 @@ Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, double beta, 
           const Tensor prod = mm(in[1].to(DType::Float32), in[2].to(DType::Float32));
           return add(mul(prod, alpha), mul(ops::broadcast_to(in[0], out_shape).to(DType::Float32), beta)).to(dt);
         }
+        // CUDA, beta = alpha = 1, a bias that is one row repeated down the output ([n], [1],
+        // [1, n], [1, 1] or a scalar): the bias goes to the GEMM as its bias, as linear's, so
+        // a @ b + bias rounds once (cuBLASLt's BIAS epilogue, or float32 sums plus the bias,
+        // then one rounding: cuda_ops::gemm). The bias in out with beta = 1 below rounds a
+        // float16/bfloat16 GEMM twice on the GPU (docs/numerics.md). The CPU keeps that path.
+        const Tensor& self = in[0];
+        const bool row_bias = self.dim() <= 1 || (self.dim() == 2 && self.shape()[0] == 1);
+        if (in[1].device().is_cuda() && self.device() == in[1].device() && beta == 1.0 && alpha == 1.0 && row_bias) {
+          const Tensor row = self.dim() == 2 ? self.reshape({self.shape()[1]}) : self;
+          return gemm_new(in[1], in[2], out_shape, ops::broadcast_to(row, {out_shape[1]}));
+        }
         // out = beta * bias (broadcast), then out += alpha * (a @ b) in one GEMM
         Tensor out = make_tensor(out_shape, in[1].options());
         kernels::copy(out, ops::broadcast_to(beta == 1.0 ? in[0] : mul(in[0], beta), out_shape));

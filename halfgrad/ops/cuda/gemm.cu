@@ -356,6 +356,25 @@ FusedEpilogue counter_of(cublasLtEpilogue_t e) {
   fail("gemm: internal error: epilogue {} has no counter", static_cast<unsigned>(e));
 }
 
+// The cuBLASLt epilogue the layer asks for a counter kind (counter_of's inverse): the
+// forward kinds with or without the bias they add, the *BiasGrad kinds with the bias
+// gradient they reduce (always), DRelu and DGelu without one.
+cublasLtEpilogue_t epilogue_of(FusedEpilogue kind, bool bias) {
+  switch (kind) {
+    case FusedEpilogue::Bias: return CUBLASLT_EPILOGUE_BIAS;
+    case FusedEpilogue::Relu: return bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+    case FusedEpilogue::ReluMask: return bias ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_RELU_AUX;
+    case FusedEpilogue::GeluTanh: return bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+    case FusedEpilogue::GeluTanhAux: return bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    case FusedEpilogue::BiasGrad: return CUBLASLT_EPILOGUE_BGRADB;
+    case FusedEpilogue::DRelu: return CUBLASLT_EPILOGUE_DRELU;
+    case FusedEpilogue::DReluBiasGrad: return CUBLASLT_EPILOGUE_DRELU_BGRAD;
+    case FusedEpilogue::DGelu: return CUBLASLT_EPILOGUE_DGELU;
+    case FusedEpilogue::DGeluBiasGrad: return CUBLASLT_EPILOGUE_DGELU_BGRAD;
+  }
+  fail("gemm: internal error: epilogue kind {} has no cuBLASLt epilogue", static_cast<int>(kind));
+}
+
 // Runs the call. Returns false (and does nothing) when cuBLASLt has no
 // algorithm for its epilogue; the caller then runs the plain GEMM and an
 // elementwise pass. A plain GEMM without an algorithm is an Error. Counts the
@@ -614,8 +633,26 @@ void gemm_impl(const char* op, const Tensor& a, const Tensor& b, const Tensor& o
   c.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   c.bias = nullptr;
   if (bias.defined() && beta == 0.f) return plain_gemm_then(op, a, b, Act::Identity, bias, Tensor(), out, out);
+  if (bias.defined() && is_low_precision(out.dtype())) {
+    // float16/bfloat16: a @ b + bias + beta * out in float32, rounded once to out's dtype, as
+    // plain_gemm_then: beta * out + bias in float32 (out and bias widen exactly), the GEMM adds
+    // the product to it with C and D in float32 (beta = 1: float32 sums), then one rounding.
+    // (beta * out + bias rounded to the half type first and accumulated onto in C would round
+    // twice: once there, and again where the half GEMM rounds its sum.)
+    const TensorOptions f32 = out.options().dtype(DType::Float32);
+    const Tensor acc = make_tensor(out.shape(), f32), bias32 = make_tensor(bias.shape(), f32);
+    cuda_ops::copy(acc, out);
+    cuda_ops::copy(bias32, bias);
+    epilogue_pass(Act::Identity, acc, beta, bias32, Tensor(), acc);  // beta * out + bias, float32
+    Call c32 = make_call(op, a, b, acc);
+    c32.beta = 1.f;
+    run_or_throw(c32);         // + a @ b, cuBLASLt's float32 sums
+    cuda_ops::copy(out, acc);  // the one rounding
+    return;
+  }
   if (bias.defined()) {
-    // beta * out + bias first (one rounding of its own), then the GEMM adds the product.
+    // float32/float64: beta * out + bias first (rounded to out's dtype, the accumulation
+    // type), then the GEMM adds the product (C = that, beta = 1).
     epilogue_pass(Act::Identity, out, beta, bias, Tensor(), out);
     c.beta = 1.f;
   }
@@ -782,6 +819,67 @@ bool relu_mask_epilogue_available(const Tensor& x2, const Tensor& w, const Tenso
   c.bias = bias.defined() ? bias.data_ptr() : nullptr;
   c.aux = mask.data_ptr();
   c.aux_ld = mask_ld;
+  return find_or_create_plan(key_of(c), c)->supported;
+}
+
+bool epilogue_available(FusedEpilogue kind, const Tensor& a, const Tensor& b, const Tensor& out,
+                        const Tensor& bias_in, const Tensor& aux) {
+  constexpr const char* op = "epilogue_available";
+  HG_CHECK(out.defined() && out.device().is_cuda() && out.dim() == 2, "{}: out must be a 2-d CUDA tensor, got {}", op,
+           out.defined() ? out.describe() : std::string("undefined"));
+  check_cuda(op, "a", a, out);
+  check_cuda(op, "b", b, out);
+  const int64_t m = out.shape()[0], n = out.shape()[1];
+  HG_CHECK(a.dim() == 2 && b.dim() == 2 && a.shape()[0] == m && b.shape()[1] == n && b.shape()[0] == a.shape()[1],
+           "{}: expected a [m, k], b [k, n] and out [m, n], got {}, {} and {}", op, a.describe(), b.describe(),
+           out.describe());
+  const int64_t k = a.shape()[1];
+  const char* name = fused_epilogue_name(kind);
+  const bool bias_grad =
+      kind == FusedEpilogue::BiasGrad || kind == FusedEpilogue::DReluBiasGrad || kind == FusedEpilogue::DGeluBiasGrad;
+  const bool mask_aux =
+      kind == FusedEpilogue::ReluMask || kind == FusedEpilogue::DRelu || kind == FusedEpilogue::DReluBiasGrad;
+  const bool z_aux =
+      kind == FusedEpilogue::GeluTanhAux || kind == FusedEpilogue::DGelu || kind == FusedEpilogue::DGeluBiasGrad;
+  const bool has_bias = bias_in.defined();
+  HG_CHECK(has_bias || (kind != FusedEpilogue::Bias && !bias_grad), "{}: epilogue {} needs a bias", op, name);
+  HG_CHECK(!has_bias || (kind != FusedEpilogue::DRelu && kind != FusedEpilogue::DGelu),
+           "{}: epilogue {} takes no bias (its *BiasGrad kind reduces one)", op, name);
+  HG_CHECK(aux.defined() == (mask_aux || z_aux), "{}: epilogue {} {}", op, name,
+           mask_aux ? "needs the ReLU mask as aux" : z_aux ? "needs z as aux" : "takes no aux");
+  if (has_bias) {
+    check_cuda(op, "bias", bias_in, out);
+    check_shape(op, "bias", bias_in, {kind == FusedEpilogue::BiasGrad ? m : n});
+  }
+  int64_t aux_ld = 0;
+  if (mask_aux) {
+    HG_CHECK(is_mask(aux), "{}: the aux of {} must come from make_relu_mask, got {}", op, name, aux.describe());
+    aux_ld = check_mask(op, aux, m, n, out.device());
+  } else if (z_aux) {
+    check_saved(op, "aux", aux, m, n, out);
+  }
+  // Where the layer asks nothing: no products, or operands cuBLASLt cannot take as they are.
+  if (m == 0 || n == 0 || k == 0) return false;
+  if (mask_aux && !aligned(aux)) return false;
+  if (z_aux) {
+    const std::optional<int64_t> ld = gelu_aux_ld(aux);
+    if (!ld) return false;
+    aux_ld = *ld;
+  }
+  const int64_t bias_len = has_bias ? bias_in.shape()[0] : 0;
+  if (bias_grad && bias_len > 1 && bias_in.strides()[0] != 1) return false;  // reduced by a pass instead
+  DeviceGuard guard(out.device().index());
+  // The bias as the layer hands it over: an aligned copy (forward) or target (bias gradient).
+  const Tensor bias = !has_bias ? Tensor() : bias_grad ? bias_grad_target(bias_in) : contiguous_bias(bias_in);
+  Call c = make_call(op, a, b, out);
+  c.epilogue = epilogue_of(kind, has_bias);
+  HG_CHECK(counter_of(c.epilogue) == kind, "{}: internal error: epilogue {} maps to {}", op, name,
+           fused_epilogue_name(counter_of(c.epilogue)));
+  c.bias = has_bias ? bias.data_ptr() : nullptr;
+  if (mask_aux || z_aux) {
+    c.aux = aux.data_ptr();
+    c.aux_ld = aux_ld;
+  }
   return find_or_create_plan(key_of(c), c)->supported;
 }
 

@@ -39,6 +39,12 @@ namespace halfgrad::cuda_ops {
 // out's rows must be contiguous and must not overlap. bias: [n] or undefined,
 // added to every row. beta: 0 (out is write-only) or any value (out is read).
 // One dtype for all: float32, float64, float16 or bfloat16.
+// With a bias, float16/bfloat16 round a @ b + bias once: cuBLASLt's BIAS epilogue where
+// it has a kernel (and fusion is on), else the GEMM's float32 sums, the bias (and
+// beta * out) added in float32, then one rounding. With beta != 0 and the BIAS epilogue,
+// cuBLASLt reads beta * out from out in the half type: that kernel's rounding is its own
+// (docs/numerics.md). addmm with beta = alpha = 1 and a bias that is one row takes this
+// path (beta = 0) on CUDA, as linear does.
 void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias, float beta);
 
 // ---- Linear with its epilogue ---------------------------------------------------------------
@@ -78,7 +84,7 @@ Tensor make_relu_mask(int64_t rows, int64_t features, Device device);
 //                 same GEMM; otherwise an elementwise pass does.
 //     None, Bias: must be undefined.
 // When cuBLASLt has no kernel for a fused epilogue (asked of its heuristic), the GEMM
-// runs plain with the bias in C and one elementwise pass applies the activation.
+// runs plain (z rounded once, as below) and one elementwise pass applies the activation.
 // z = x2 @ w^T + b rounds once to out's dtype, as on the CPU and in PyTorch: the BIAS
 // epilogue, or (fusion off, no fused kernel) the plain GEMM writing float32 sums that
 // one pass adds the bias to before rounding (float16/bfloat16), or with the bias in C
@@ -229,6 +235,30 @@ struct GemmCounts {
 };
 GemmCounts gemm_counts();
 void reset_gemm_counts();
+// ---- what cuBLASLt offers, asked at run time ------------------------------------------------
+// Whether cuBLASLt's heuristic has a kernel for the epilogue `kind` on out = a @ b, asked
+// exactly as this layer asks it before it runs a GEMM with that epilogue: the same call
+// description (operand layouts, a transposed view read in place, alignment, dtype, the
+// float32 precision setting), the same plan cache. That answer is what makes a GEMM that
+// asks for `kind` count as `fused` (true) or as `fallback` (false) in GemmCounts. Runs no
+// GEMM and counts nothing (it may copy an operand cuBLASLt cannot read in place, or an
+// under-aligned bias, as the GEMM would). 2-d operands of one dtype on one device; pass
+// the tensors the layer's GEMM gets (the same pointers: alignment is part of the question):
+//   linear_forward (Bias, Relu, ReluMask, GeluTanh, GeluTanhAux): a = x2, b = w.t(), out = y,
+//     bias = the bias [n] (undefined: the variant without BIAS; Bias needs one), aux = the
+//     mask (ReluMask) or z (GeluTanhAux), else undefined.
+//   linear_backward_epilogue's grad_w GEMM (BiasGrad): a = gz.t(), b = x2, out = grad_w,
+//     bias = grad_bias [m].
+//   its grad_x GEMM (DRelu, DReluBiasGrad: aux the mask; DGelu, DGeluBiasGrad: aux z):
+//     a = gz, b = w, out = grad_x, bias = input.grad_bias [n] for the *BiasGrad kinds only.
+// False without asking where the layer would not ask either: no products (m, n or k 0),
+// an aux cuBLASLt cannot take (under-aligned; z's row stride not a multiple of 8), a
+// non-contiguous bias gradient. Which epilogue the layer asks for (the fusion settings,
+// the activation, the aux given) is its own rule, documented above; the counters say what
+// it asked.
+bool epilogue_available(FusedEpilogue kind, const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias,
+                        const Tensor& aux);
+
 namespace detail {
 // Called by gemm.cu where it chooses (exposed so a CPU test can check the bookkeeping).
 void count_epilogue(FusedEpilogue e, bool fused);
