@@ -64,6 +64,18 @@ inline double tol(DType t) {
   }
 }
 
+// The unit roundoff of a dtype, half its epsilon: a value rounded to the dtype
+// is within this fraction of itself (normal range).
+inline double unit_roundoff(DType t) {
+  switch (t) {
+    case DType::Float64: return 0x1p-53;
+    case DType::Float32: return 0x1p-24;
+    case DType::Float16: return 0x1p-11;
+    case DType::BFloat16: return 0x1p-8;
+    default: return 0.0;
+  }
+}
+
 inline std::string dname(DType t) { return std::string(halfgrad::dtype_name(t)); }
 
 // The tests' own random stream (separate from the library's generator).

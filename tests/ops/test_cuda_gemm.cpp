@@ -387,16 +387,6 @@ std::vector<double> ref_linear_abs(const Tensor& x, const Tensor& w, const Tenso
   return out;
 }
 
-// The unit roundoff of a dtype (half its epsilon).
-double unit_roundoff(DType dt) {
-  switch (dt) {
-    case DType::Float64: return 0x1p-53;
-    case DType::Float32: return 0x1p-24;
-    case DType::Float16: return 0x1p-11;
-    case DType::BFloat16: return 0x1p-8;
-    default: return 0;
-  }
-}
 
 // The mask of a [rows, features] activation y, decoded by cuBLASLt itself: the DRELU
 // epilogue of dx = ones @ I (one GEMM, k = features) gives mask ? 1 : 0 per element,

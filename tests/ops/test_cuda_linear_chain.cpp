@@ -78,15 +78,7 @@ Leaves on(const Leaves& host, hg::Device device, bool x_grad) {
 }
 
 // The spacing of a dtype's values relative to their magnitude (one ulp at most).
-double epsilon(DType dt) {
-  switch (dt) {
-    case DType::Float64: return 0x1p-52;
-    case DType::Float32: return 0x1p-23;
-    case DType::Float16: return 0x1p-10;
-    case DType::BFloat16: return 0x1p-7;
-    default: return 0;
-  }
-}
+double epsilon(DType dt) { return 2 * hgtest::unit_roundoff(dt); }
 
 // n rows of x (drawn until found) whose every ReLU pre-activation z is clear of 0 by
 // more than one ulp of each of its terms could move it: margin = e * (sum_k |h_k w_jk| +

@@ -697,9 +697,13 @@ Tensor make_relu_mask(int64_t rows, int64_t features, Device device) {
   return make_tensor({rows, ld_bits / 8}, TensorOptions(DType::Bool, device));
 }
 
-bool linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias_in, Epilogue epi, const Tensor& out,
-                    const Tensor& aux) {
-  constexpr const char* op = "linear_forward";
+namespace {
+// The checks linear_forward and its availability query share: x2 [N, in],
+// w [out, in], out [N, out], all CUDA on out's device; the dims, N, in and out.
+struct LinearDims {
+  int64_t rows, in, features;
+};
+LinearDims check_linear_args(const char* op, const Tensor& x2, const Tensor& w, const Tensor& out) {
   HG_CHECK(out.defined() && out.device().is_cuda() && out.dim() == 2,
            "{}: out must be a 2-d CUDA tensor [N, out_features], got {}", op,
            out.defined() ? out.describe() : std::string("undefined"));
@@ -707,8 +711,17 @@ bool linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias_in, Ep
   check_cuda(op, "w", w, out);
   HG_CHECK(x2.dim() == 2 && w.dim() == 2 && w.shape()[1] == x2.shape()[1],
            "{}: expected x2 [N, in] and w [out, in], got {} and {}", op, x2.describe(), w.describe());
-  const int64_t rows = x2.shape()[0], in = x2.shape()[1], features = w.shape()[0];
-  check_shape(op, "out", out, {rows, features});
+  const LinearDims d{x2.shape()[0], x2.shape()[1], w.shape()[0]};
+  check_shape(op, "out", out, {d.rows, d.features});
+  return d;
+}
+}  // namespace
+
+bool linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias_in, Epilogue epi, const Tensor& out,
+                    const Tensor& aux) {
+  constexpr const char* op = "linear_forward";
+  const LinearDims dims = check_linear_args(op, x2, w, out);
+  const int64_t rows = dims.rows, in = dims.in, features = dims.features;
   HG_CHECK(epi != Epilogue::Bias || bias_in.defined(), "{}: epilogue Bias needs a bias", op);
   if (bias_in.defined()) {
     check_cuda(op, "bias", bias_in, out);
@@ -792,15 +805,8 @@ bool linear_forward(const Tensor& x2, const Tensor& w, const Tensor& bias_in, Ep
 bool relu_mask_epilogue_available(const Tensor& x2, const Tensor& w, const Tensor& bias_in, const Tensor& out,
                                   const Tensor& mask) {
   constexpr const char* op = "relu_mask_epilogue_available";
-  HG_CHECK(out.defined() && out.device().is_cuda() && out.dim() == 2,
-           "{}: out must be a 2-d CUDA tensor [N, out_features], got {}", op,
-           out.defined() ? out.describe() : std::string("undefined"));
-  check_cuda(op, "x2", x2, out);
-  check_cuda(op, "w", w, out);
-  HG_CHECK(x2.dim() == 2 && w.dim() == 2 && w.shape()[1] == x2.shape()[1],
-           "{}: expected x2 [N, in] and w [out, in], got {} and {}", op, x2.describe(), w.describe());
-  const int64_t rows = x2.shape()[0], in = x2.shape()[1], features = w.shape()[0];
-  check_shape(op, "out", out, {rows, features});
+  const LinearDims dims = check_linear_args(op, x2, w, out);
+  const int64_t rows = dims.rows, in = dims.in, features = dims.features;
   if (bias_in.defined()) {
     check_cuda(op, "bias", bias_in, out);
     check_shape(op, "bias", bias_in, {features});
