@@ -130,10 +130,14 @@ TEST_CASE("cuda conv_transpose with output_padding >= stride crops instead of pa
   const Tensor x = hgtest::uniform({2, 4, 9}, DType::Float32), w = hgtest::uniform({4, 3, 3}, DType::Float32, -1, 1);
   const Tensor b = hgtest::uniform({3}, DType::Float32);
   Tensor xc = leaf_on(x, kCpu), xg = leaf_on(x, kCuda), wc = leaf_on(w, kCpu), wg = leaf_on(w, kCuda);
+#if defined(HALFGRAD_WITH_CUDA)  // the backend's counters exist only in a CUDA build
   hg::cuda_ops::reset_conv_plan_counts();
+#endif
   const Tensor yc = hg::conv_transpose1d(xc, wc, b, 1, 0, 1, 1, 2);
   const Tensor yg = hg::conv_transpose1d(xg, wg, b.to(kCuda), 1, 0, 1, 1, 2);
+#if defined(HALFGRAD_WITH_CUDA)
   CHECK(hg::cuda_ops::conv_plan_counts().cropped >= 1);
+#endif
   REQUIRE(yg.shape() == Shape{2, 3, 14});
   expect_same(yg, yc, "forward");
   // the last position is reached by no input: the bias alone
