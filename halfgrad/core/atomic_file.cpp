@@ -3,6 +3,7 @@
 #include <halfgrad/core/atomic_file.h>
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -24,7 +25,34 @@ std::string parent_of(const std::string& path) {
   return parent.empty() ? std::string(".") : parent.string();
 }
 
+// "<pid>-<counter>" at the end of one of our temp names: the writer's pid.
+bool writer_pid(const std::string& tail, pid_t* pid) {
+  const size_t dash = tail.find('-');
+  if (dash == 0 || dash == std::string::npos || dash + 1 == tail.size() || dash > 10) return false;
+  for (size_t i = 0; i < tail.size(); ++i)
+    if (i != dash && (tail[i] < '0' || tail[i] > '9')) return false;
+  *pid = static_cast<pid_t>(std::stoll(tail.substr(0, dash)));
+  return *pid > 0;
+}
+
 }  // namespace
+
+bool writer_is_gone(const std::string& name, const std::string& marker) {
+  const size_t at = name.rfind(marker);
+  if (at == std::string::npos || at == 0) return false;
+  pid_t pid = 0;
+  if (!writer_pid(name.substr(at + marker.size()), &pid) || pid == ::getpid()) return false;
+  return ::kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+void remove_stale_temp_files(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    std::error_code ec2;
+    if (entry.is_regular_file(ec2) && writer_is_gone(name, ".tmp-")) std::filesystem::remove(entry.path(), ec2);
+  }
+}
 
 void AtomicFile::write(const void* data, size_t size) {
   const char* p = static_cast<const char*>(data);
@@ -50,6 +78,8 @@ void atomic_write_file(const std::string& path, const std::function<void(AtomicF
   HG_CHECK(!path.empty(), "atomic_write_file: the path is empty");
   // A fresh name in the target's folder (a rename across file systems is not
   // atomic): O_EXCL, so two writers never share a temp file.
+  // Temp files a killed writer left in this folder go first.
+  remove_stale_temp_files(parent_of(path));
   static std::atomic<uint64_t> counter{0};
   std::string temp;
   int fd = -1;

@@ -26,11 +26,21 @@ class AtomicFile {
   std::string temp_path_;
 };
 
+// Temp files are named "<path>.tmp-<pid>-<n>". One left by a writer that
+// was killed (its pid no longer names a process on this machine) is removed
+// by the next atomic_write_file into the same folder.
 // Replaces (or creates) `path` with what `writer` writes. The new file has
 // mode 0666 less the umask, like any new file. An Error names the path and
 // the failing call.
 void atomic_write_file(const std::string& path, const std::function<void(AtomicFile&)>& writer);
 void atomic_write_file(const std::string& path, std::string_view contents);
+
+// Whether `name` is one of our temp names, "<...><marker><pid>-<n>", whose
+// writer `pid` is gone (not this process, and no such process exists).
+bool writer_is_gone(const std::string& name, const std::string& marker);
+// Removes the temp files ("<file>.tmp-<pid>-<n>") of writers that are gone
+// from the folder `dir`; errors are ignored (the next save tries again).
+void remove_stale_temp_files(const std::string& dir);
 
 // fsync a folder, so that renames and new entries in it survive a crash.
 void fsync_directory(const std::string& dir);

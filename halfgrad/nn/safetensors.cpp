@@ -17,6 +17,7 @@
 
 #include <halfgrad/autograd/grad_mode.h>
 #include <halfgrad/core/atomic_file.h>
+#include <halfgrad/core/file_input.h>
 #include <halfgrad/nn/safetensors_format.h>
 
 namespace halfgrad::nn {
@@ -82,13 +83,9 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {
-  const int raw = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  HG_CHECK(raw >= 0, "load_safetensors: cannot open '{}': {}", path, std::strerror(errno));
-  const Fd fd{raw};
-  struct stat st {};
-  HG_CHECK(::fstat(fd.fd, &st) == 0, "load_safetensors: cannot stat '{}': {}", path, std::strerror(errno));
-  HG_CHECK(S_ISREG(st.st_mode), "load_safetensors: '{}' is not a regular file", path);
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  // Regular files only, checked before any read (a FIFO would block forever).
+  uint64_t size = 0;
+  const Fd fd{open_regular_file(path, "load_safetensors", &size)};
 
   unsigned char prefix[8] = {};
   if (size >= 8) read_at(fd.fd, prefix, 8, 0, path);

@@ -1,13 +1,15 @@
-// The safetensors header: parsed with nlohmann-json under a callback that
-// rejects duplicate keys and deep nesting while parsing, then checked field by
-// field against the data size (see nn/safetensors_format.h for the rules).
+// The safetensors header: parsed by the bounded JSON parse every file we read
+// goes through (core/json_input.h: depth cap, duplicate keys refused, linear
+// time, short messages), then checked field by field against the data size
+// (see nn/safetensors_format.h for the rules).
 #include <halfgrad/nn/safetensors_format.h>
 
 #include <algorithm>
 #include <limits>
-#include <set>
+#include <utility>
 
 #include <halfgrad/core/error.h>
+#include <halfgrad/core/json_input.h>
 #include <nlohmann/json.hpp>
 
 namespace halfgrad::safetensors {
@@ -15,6 +17,7 @@ namespace halfgrad::safetensors {
 namespace {
 
 using json = nlohmann::json;
+using json_input::quote;
 
 constexpr std::pair<std::string_view, DType> kCodes[] = {
     {"F32", DType::Float32}, {"F64", DType::Float64}, {"F16", DType::Float16},
@@ -32,13 +35,13 @@ constexpr size_t kMaxDepth = 3;
 // signed or float; only the first is a size).
 uint64_t size_field(const json& v, const std::string& file, const std::string& what) {
   if (!v.is_number_unsigned() || v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-    bad(file, fmt::format("{} must be a non-negative integer below 2^63, got {}", what, v.dump()));
+    bad(file, fmt::format("{} must be a non-negative integer below 2^63, got {}", what, quote(v)));
   return v.get<uint64_t>();
 }
 
 Entry parse_entry(const std::string& name, const json& v, const std::string& file) {
-  const std::string where = fmt::format("tensor \"{}\"", name);
-  if (!v.is_object()) bad(file, fmt::format("{} must be an object with dtype, shape and data_offsets, got {}", where, v.dump()));
+  const std::string where = fmt::format("tensor \"{}\"", json_input::clip(name));
+  if (!v.is_object()) bad(file, fmt::format("{} must be an object with dtype, shape and data_offsets, got {}", where, quote(v)));
   for (const auto& [key, value] : v.items()) {
     (void)value;
     if (key != "dtype" && key != "shape" && key != "data_offsets")
@@ -47,13 +50,13 @@ Entry parse_entry(const std::string& name, const json& v, const std::string& fil
   for (const char* key : {"dtype", "shape", "data_offsets"})
     if (!v.contains(key)) bad(file, fmt::format("{} has no \"{}\" field", where, key));
   const json& dtype = v["dtype"];
-  if (!dtype.is_string()) bad(file, fmt::format("{}: dtype must be a string, got {}", where, dtype.dump()));
+  if (!dtype.is_string()) bad(file, fmt::format("{}: dtype must be a string, got {}", where, quote(dtype)));
   Entry e;
   e.name = name;
   e.dtype = dtype_from_code(dtype.get_ref<const std::string&>(), file, name);
 
   const json& shape = v["shape"];
-  if (!shape.is_array()) bad(file, fmt::format("{}: shape must be an array, got {}", where, shape.dump()));
+  if (!shape.is_array()) bad(file, fmt::format("{}: shape must be an array, got {}", where, quote(shape)));
   // The product of the non-zero sizes must fit too, even when a zero makes the
   // tensor empty: the tensor's strides are such products.
   uint64_t product = 1;
@@ -66,19 +69,19 @@ Entry parse_entry(const std::string& name, const json& v, const std::string& fil
     else product *= n;
   }
   if (overflow || product > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / itemsize(e.dtype))
-    bad(file, fmt::format("{}: shape {} has more bytes than fit in int64", where, shape.dump()));
+    bad(file, fmt::format("{}: shape {} has more bytes than fit in int64", where, quote(shape)));
   const uint64_t numel = empty ? 0 : product;
 
   const json& offsets = v["data_offsets"];
   if (!offsets.is_array() || offsets.size() != 2)
-    bad(file, fmt::format("{}: data_offsets must be [begin, end], got {}", where, offsets.dump()));
+    bad(file, fmt::format("{}: data_offsets must be [begin, end], got {}", where, quote(offsets)));
   e.begin = size_field(offsets[0], file, where + ": data_offsets[0]");
   e.end = size_field(offsets[1], file, where + ": data_offsets[1]");
   if (e.end < e.begin) bad(file, fmt::format("{}: data_offsets [{}, {}] end before they begin", where, e.begin, e.end));
   const uint64_t nbytes = numel * itemsize(e.dtype);
   if (e.end - e.begin != nbytes)
     bad(file, fmt::format("{}: data_offsets [{}, {}] hold {} bytes, but a {} of shape {} has {}", where, e.begin, e.end,
-                          e.end - e.begin, dtype_code(e.dtype), shape.dump(), nbytes));
+                          e.end - e.begin, dtype_code(e.dtype), quote(shape), nbytes));
   return e;
 }
 
@@ -95,7 +98,7 @@ DType dtype_from_code(std::string_view code, const std::string& file, const std:
     if (c == code) return t;
   bad(file, fmt::format("tensor \"{}\" has dtype \"{}\", which halfgrad has no tensor for (it reads F32, F64, F16, "
                         "BF16, I64 and BOOL); convert it before saving",
-                        tensor, code));
+                        json_input::clip(tensor), json_input::clip(code)));
 }
 
 uint64_t header_length(const unsigned char (&prefix)[8], uint64_t file_size, const std::string& file) {
@@ -114,48 +117,19 @@ uint64_t header_length(const unsigned char (&prefix)[8], uint64_t file_size, con
 
 Header parse_header(std::string_view text, uint64_t data_size, const std::string& file) {
   // Duplicate keys at any level, and nesting deeper than the format has, are
-  // rejected while parsing: one key set per open object (arrays hold none).
-  std::vector<std::set<std::string>> open;
-  std::vector<bool> is_object;
-  const json::parser_callback_t check = [&](int, json::parse_event_t event, json& parsed) {
-    switch (event) {
-      case json::parse_event_t::object_start:
-      case json::parse_event_t::array_start:
-        if (open.size() >= kMaxDepth) bad(file, fmt::format("the header nests deeper than {} levels", kMaxDepth));
-        open.emplace_back();
-        is_object.push_back(event == json::parse_event_t::object_start);
-        break;
-      case json::parse_event_t::object_end:
-      case json::parse_event_t::array_end:
-        if (!open.empty()) open.pop_back(), is_object.pop_back();
-        break;
-      case json::parse_event_t::key:
-        if (!open.empty() && is_object.back() && !open.back().insert(parsed.get<std::string>()).second)
-          bad(file, fmt::format("the header has the key \"{}\" twice", parsed.get<std::string>()));
-        break;
-      case json::parse_event_t::value: break;
-    }
-    return true;
-  };
-  // nlohmann stops reading at a NUL byte as at the end of the input, so
-  // "{}\0garbage" would pass; raw NULs are never valid JSON text.
-  if (const size_t nul = text.find('\0'); nul != std::string_view::npos)
-    bad(file, fmt::format("the header is not valid JSON (a NUL byte at header offset {})", nul));
-  json root;
-  try {
-    root = json::parse(text.begin(), text.end(), check);
-  } catch (const json::exception& e) {
-    bad(file, fmt::format("the header is not valid JSON ({})", e.what()));
-  }
+  // rejected while parsing.
+  json_input::Parsed parsed = json_input::parse(text, kMaxDepth, kMaxHeaderSize);
+  if (!parsed.ok()) bad(file, "the header " + parsed.error);
+  const json root = std::move(parsed.value);
   if (!root.is_object()) bad(file, fmt::format("the header must be a JSON object, got a {}", root.type_name()));
 
   Header h;
   for (const auto& [key, value] : root.items()) {
     if (key == "__metadata__") {
       if (value.is_null()) continue;  // the reference reads a null as no metadata
-      if (!value.is_object()) bad(file, fmt::format("__metadata__ must be an object of strings, got {}", value.dump()));
+      if (!value.is_object()) bad(file, fmt::format("__metadata__ must be an object of strings, got {}", quote(value)));
       for (const auto& [k, v] : value.items()) {
-        if (!v.is_string()) bad(file, fmt::format("__metadata__[\"{}\"] must be a string, got {}", k, v.dump()));
+        if (!v.is_string()) bad(file, fmt::format("__metadata__[\"{}\"] must be a string, got {}", json_input::clip(k), quote(v)));
         h.metadata.emplace(k, v.get<std::string>());
       }
       continue;
@@ -170,7 +144,7 @@ Header parse_header(std::string_view text, uint64_t data_size, const std::string
     if (e.begin != at)
       bad(file, fmt::format("tensor \"{}\" starts at data offset {}, but the previous tensor ends at {} (the ranges must "
                             "cover the data in order, without gaps or overlaps)",
-                            e.name, e.begin, at));
+                            json_input::clip(e.name), e.begin, at));
     at = e.end;
   }
   if (at != data_size)

@@ -2,8 +2,9 @@
 // The safetensors container, without tensors: parse and check a file's header
 // against the size of its data, and write one. Kept apart from the Tensor
 // code (nn/safetensors.cpp) so that the libFuzzer target
-// (tests/fuzz/safetensors_fuzz.cpp) can build exactly this parser with clang
-// and nothing else of the library. Internal: not an installed header.
+// (tests/fuzz/safetensors_fuzz.cpp) can build exactly this parser (and the
+// bounded JSON parse it uses, core/json_input.cpp) with clang and nothing
+// else of the library. Internal: not an installed header.
 //
 // The format (https://github.com/huggingface/safetensors): 8 bytes, a
 // little-endian uint64 N; N bytes of JSON

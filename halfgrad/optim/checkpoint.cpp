@@ -18,6 +18,8 @@
 
 #include <halfgrad/core/atomic_file.h>
 #include <halfgrad/core/device.h>
+#include <halfgrad/core/file_input.h>
+#include <halfgrad/core/json_input.h>
 #include <halfgrad/core/random.h>
 #include <halfgrad/nn/safetensors.h>
 #include <nlohmann/json.hpp>
@@ -26,12 +28,30 @@ namespace halfgrad::optim {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using json_input::quote;
 
 namespace {
 
 constexpr const char* kFormat = "halfgrad-checkpoint";
 constexpr int64_t kVersion = 1;
 constexpr uint64_t kMaxJson = 100'000'000;  // trainer.json is small; never read an unbounded file
+// The deepest JSON a checkpoint holds is a chain of nested SequentialLRs (two
+// levels each); anything deeper is refused while parsing, so nothing here
+// recurses more than kMaxJsonDepth / 2 times.
+constexpr size_t kMaxJsonDepth = 64;
+// The fields trainer.json and its scheduler objects may have.
+constexpr std::string_view kTrainerFields[] = {"format", "version", "epoch", "step", "extra", "scheduler", "scaler", "rng"};
+constexpr std::string_view kSchedulerFields[] = {"kind", "scalars", "lists", "schedulers"};
+
+template <size_t N>
+void only_fields(const json& j, const std::string_view (&allowed)[N], const std::string& file, const char* what) {
+  for (const auto& [key, value] : j.items()) {
+    (void)value;
+    HG_CHECK(std::find(std::begin(allowed), std::end(allowed), key) != std::end(allowed),
+             "load_checkpoint: '{}': {} has an unknown field \"{}\" (written by a newer halfgrad, or edited?)", file,
+             what, json_input::clip(key));
+  }
+}
 
 // Doubles go through JSON exactly (nlohmann writes the shortest text that
 // reads back bit for bit); inf and NaN, which JSON has no numbers for, as strings.
@@ -48,7 +68,7 @@ double to_double(const json& v, const std::string& file, const std::string& what
     if (s == "inf") return INFINITY;
     if (s == "-inf") return -INFINITY;
   }
-  fail("checkpoint '{}': {} must be a number, got {}", file, what, v.dump());
+  fail("checkpoint '{}': {} must be a number, got {}", file, what, quote(v));
 }
 
 json doubles(const std::map<std::string, double>& m) {
@@ -58,7 +78,7 @@ json doubles(const std::map<std::string, double>& m) {
 }
 
 std::map<std::string, double> doubles(const json& j, const std::string& file, const std::string& what) {
-  HG_CHECK(j.is_object(), "checkpoint '{}': {} must be an object, got {}", file, what, j.dump());
+  HG_CHECK(j.is_object(), "checkpoint '{}': {} must be an object, got {}", file, what, quote(j));
   std::map<std::string, double> out;
   for (const auto& [k, v] : j.items()) out[k] = to_double(v, file, what + "." + k);
   return out;
@@ -76,15 +96,19 @@ json scheduler_json(const LRSchedulerState& s) {
   return {{"scalars", doubles(s.scalars)}, {"lists", lists}, {"schedulers", children}};
 }
 
+// Recursion once per nested scheduler: bounded by the parse's depth cap.
+
+
 LRSchedulerState scheduler_state(const json& j, const std::string& file) {
   HG_CHECK(j.is_object() && j.contains("scalars") && j.contains("lists") && j.contains("schedulers") &&
                j["lists"].is_object() && j["schedulers"].is_array(),
-           "checkpoint '{}': the scheduler state must have scalars, lists and schedulers, got {}", file, j.dump());
+           "checkpoint '{}': the scheduler state must have scalars, lists and schedulers, got {}", file, quote(j));
+  only_fields(j, kSchedulerFields, file, "the scheduler state");
   LRSchedulerState s;
   s.scalars = doubles(j["scalars"], file, "scheduler.scalars");
   for (const auto& [k, v] : j["lists"].items()) {
-    HG_CHECK(v.is_array(), "checkpoint '{}': scheduler.lists.{} must be an array", file, k);
-    for (const json& x : v) s.lists[k].push_back(to_double(x, file, "scheduler.lists." + k));
+    HG_CHECK(v.is_array(), "checkpoint '{}': scheduler.lists.{} must be an array", file, json_input::clip(k));
+    for (const json& x : v) s.lists[k].push_back(to_double(x, file, "scheduler.lists." + json_input::clip(k)));
   }
   for (const json& c : j["schedulers"]) s.schedulers.push_back(scheduler_state(c, file));
   return s;
@@ -97,20 +121,18 @@ std::string param_groups_json(const std::vector<ParamGroupState>& groups) {
 }
 
 std::vector<ParamGroupState> param_groups(const std::string& text, const std::string& file) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    fail("checkpoint '{}': __metadata__[\"param_groups\"] is not valid JSON ({})", file, e.what());
-  }
+  json_input::Parsed parsed = json_input::parse(text, kMaxJsonDepth, kMaxJson);
+  HG_CHECK(parsed.ok(), "checkpoint '{}': __metadata__[\"param_groups\"] {}", file, parsed.error);
+  const json j = std::move(parsed.value);
   HG_CHECK(j.is_array(), "checkpoint '{}': param_groups must be a JSON array", file);
   std::vector<ParamGroupState> out;
   for (const json& g : j) {
     HG_CHECK(g.is_object() && g.contains("params") && g.contains("options") && g["params"].is_array(),
-             "checkpoint '{}': a param group must have params and options, got {}", file, g.dump());
+             "checkpoint '{}': a param group must have params and options, got {}", file, quote(g));
     ParamGroupState s;
     for (const json& p : g["params"]) {
-      HG_CHECK(p.is_number_integer(), "checkpoint '{}': param group indices must be integers, got {}", file, p.dump());
+      HG_CHECK(p.is_number_integer() && (!p.is_number_unsigned() || p.get<uint64_t>() <= uint64_t{INT64_MAX}),
+               "checkpoint '{}': param group indices must be integers below 2^63, got {}", file, quote(p));
       s.params.push_back(p.get<int64_t>());
     }
     s.options = doubles(g["options"], file, "param_groups.options");
@@ -129,24 +151,21 @@ std::pair<int64_t, std::string> state_key(const std::string& name, const std::st
     ok = digits.size() < 19 && std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
     if (ok) index = std::stoll(digits);
   }
-  HG_CHECK(ok, "checkpoint '{}': the optimizer tensor \"{}\" is not named state.<index>.<buffer>", file, name);
+  HG_CHECK(ok, "checkpoint '{}': the optimizer tensor \"{}\" is not named state.<index>.<buffer>", file,
+           json_input::clip(name));
   return {index, name.substr(dot + 1)};
 }
 
 json read_json(const std::string& path) {
   std::error_code ec;
-  const auto size = fs::file_size(path, ec);
-  HG_CHECK(!ec, "load_checkpoint: '{}' is missing, so this is not a complete checkpoint ({})", path, ec.message());
-  HG_CHECK(size <= kMaxJson, "load_checkpoint: '{}' has {} bytes, above the limit of {}", path, size, kMaxJson);
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  HG_CHECK(in.good() || in.eof(), "load_checkpoint: cannot read '{}'", path);
-  try {
-    return json::parse(text.str());
-  } catch (const json::exception& e) {
-    fail("load_checkpoint: '{}' is not valid JSON ({})", path, e.what());
-  }
+  HG_CHECK(fs::exists(fs::symlink_status(path, ec)), "load_checkpoint: '{}' is missing, so this is not a complete checkpoint",
+           path);
+  // Regular files only (a FIFO would block), at most kMaxJson bytes, at most
+  // kMaxJsonDepth levels, duplicate keys refused, a short message.
+  const std::string text = read_regular_file(path, "load_checkpoint", kMaxJson);
+  json_input::Parsed parsed = json_input::parse(text, kMaxJsonDepth, kMaxJson);
+  HG_CHECK(parsed.ok(), "load_checkpoint: '{}' {}", path, parsed.error);
+  return std::move(parsed.value);
 }
 
 const json& field(const json& j, const char* key, const std::string& file) {
@@ -154,9 +173,21 @@ const json& field(const json& j, const char* key, const std::string& file) {
   return j[key];
 }
 
+// A part the caller asks for that the checkpoint was saved without.
+const json& part_field(const json& j, const char* key, const char* part, const char* remedy, const std::string& file) {
+  HG_CHECK(j.contains(key),
+           "load_checkpoint: this checkpoint has no {} state ('{}' has no \"{}\": it was saved without one); {} to "
+           "load the rest",
+           part, file, key, remedy);
+  return j[key];
+}
+
+// A count (epoch, step): an integer in [0, 2^63).
 int64_t int_field(const json& j, const char* key, const std::string& file) {
   const json& v = field(j, key, file);
-  HG_CHECK(v.is_number_integer(), "checkpoint '{}': \"{}\" must be an integer, got {}", file, key, v.dump());
+  HG_CHECK(v.is_number_integer(), "checkpoint '{}': \"{}\" must be an integer, got {}", file, key, quote(v));
+  HG_CHECK(v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t{INT64_MAX} : v.get<int64_t>() >= 0,
+           "checkpoint '{}': \"{}\" must be an integer in [0, 2^63), got {}", file, key, quote(v));
   return v.get<int64_t>();
 }
 
@@ -185,12 +216,24 @@ void install_folder(const fs::path& from, const fs::path& to) {
 }  // namespace
 
 void save_checkpoint(const std::string& dir, const CheckpointParts& parts) {
+  HG_CHECK(parts.epoch >= 0 && parts.step >= 0, "save_checkpoint('{}'): epoch and step must be >= 0, got {} and {}", dir,
+           parts.epoch, parts.step);
   const fs::path target = fs::path(dir).lexically_normal();
   HG_CHECK(!target.filename().empty(), "save_checkpoint: '{}' does not name a folder", dir);
   const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
   std::error_code ec;
   fs::create_directories(parent, ec);
   HG_CHECK(!ec, "save_checkpoint: cannot create the folder '{}': {}", parent.string(), ec.message());
+  // Temp folders of saves whose process was killed (".<name>.partial-<pid>-<n>",
+  // and ".old" ones moved aside) go first, as atomic_write_file's temp files do.
+  for (const auto& entry : fs::directory_iterator(parent, ec)) {
+    std::string name = entry.path().filename().string();
+    if (name.empty() || name[0] != '.' || !entry.is_directory(ec)) continue;
+    if (name.size() > 4 && name.compare(name.size() - 4, 4, ".old") == 0) name.resize(name.size() - 4);
+    std::error_code ec2;
+    if (writer_is_gone(name, ".partial-")) fs::remove_all(entry.path(), ec2);
+  }
+  ec.clear();
   static std::atomic<uint64_t> counter{0};
   const fs::path temp =
       parent / fmt::format(".{}.partial-{}-{}", target.filename().string(), ::getpid(), counter++);
@@ -208,7 +251,10 @@ void save_checkpoint(const std::string& dir, const CheckpointParts& parts) {
       nn::save_safetensors((temp / "optimizer.safetensors").string(), tensors,
                            {{"param_groups", param_groups_json(sd.param_groups)}, {"optimizer", parts.optimizer->name()}});
     }
-    if (parts.scheduler != nullptr) trainer["scheduler"] = scheduler_json(parts.scheduler->state_dict());
+    if (parts.scheduler != nullptr) {
+      trainer["scheduler"] = scheduler_json(parts.scheduler->state_dict());
+      trainer["scheduler"]["kind"] = parts.scheduler->name();
+    }
     if (parts.scaler != nullptr) trainer["scaler"] = doubles(parts.scaler->state_dict());
     if (parts.rng) {
       const rng::PhiloxState s = get_rng_state();
@@ -243,6 +289,7 @@ void load_checkpoint(const std::string& dir, CheckpointParts& parts) {
   const json trainer = read_json(trainer_path);
   HG_CHECK(trainer.is_object() && trainer.contains("format") && trainer["format"] == kFormat,
            "load_checkpoint: '{}' is not a halfgrad checkpoint (no \"format\": \"{}\")", trainer_path, kFormat);
+  only_fields(trainer, kTrainerFields, trainer_path, "trainer.json");
   const int64_t version = int_field(trainer, "version", trainer_path);
   HG_CHECK(version == kVersion, "load_checkpoint: '{}' has format version {}; this halfgrad reads version {}",
            trainer_path, version, kVersion);
@@ -251,15 +298,27 @@ void load_checkpoint(const std::string& dir, CheckpointParts& parts) {
   const json& extra_json = field(trainer, "extra", trainer_path);
   HG_CHECK(extra_json.is_object(), "checkpoint '{}': extra must be an object of strings", trainer_path);
   for (const auto& [k, v] : extra_json.items()) {
-    HG_CHECK(v.is_string(), "checkpoint '{}': extra[\"{}\"] must be a string, got {}", trainer_path, k, v.dump());
+    HG_CHECK(v.is_string(), "checkpoint '{}': extra[\"{}\"] must be a string, got {}", trainer_path,
+             json_input::clip(k), quote(v));
     extra[k] = v.get<std::string>();
   }
 
+  // A part the caller asks for but the checkpoint was saved without is named
+  // as such, not as a file that cannot be opened.
+  const auto saved_part = [&](const char* name, const char* part) {
+    const fs::path file = root / name;
+    std::error_code ec;
+    HG_CHECK(fs::exists(fs::symlink_status(file, ec)),
+             "load_checkpoint('{}'): this checkpoint has no {} state (no {}: it was saved without one); pass a null {} "
+             "to load the rest",
+             dir, part, name, part);
+    return file.string();
+  };
   std::optional<nn::SafetensorsFile> model_file;
-  if (parts.model != nullptr) model_file = nn::load_safetensors((root / "model.safetensors").string());
+  if (parts.model != nullptr) model_file = nn::load_safetensors(saved_part("model.safetensors", "model"));
   std::optional<OptimizerStateDict> optimizer_state;
   if (parts.optimizer != nullptr) {
-    const std::string file = (root / "optimizer.safetensors").string();
+    const std::string file = saved_part("optimizer.safetensors", "optimizer");
     nn::SafetensorsFile f = nn::load_safetensors(file);
     auto it = f.metadata.find("param_groups");
     HG_CHECK(it != f.metadata.end(), "checkpoint '{}': no \"param_groups\" in __metadata__", file);
@@ -272,19 +331,29 @@ void load_checkpoint(const std::string& dir, CheckpointParts& parts) {
     optimizer_state = std::move(sd);
   }
   std::optional<LRSchedulerState> scheduler_st;
-  if (parts.scheduler != nullptr) scheduler_st = scheduler_state(field(trainer, "scheduler", trainer_path), trainer_path);
+  if (parts.scheduler != nullptr) {
+    const json& j = part_field(trainer, "scheduler", "scheduler", "pass a null scheduler", trainer_path);
+    // The kind (saved since the field was added): a StepLR's state does not load into a MultiStepLR.
+    if (j.is_object() && j.contains("kind"))
+      HG_CHECK(j["kind"].is_string() && j["kind"].get_ref<const std::string&>() == parts.scheduler->name(),
+               "load_checkpoint: '{}' holds the state of a {} scheduler, which does not load into a {}; construct the "
+               "scheduler the checkpoint was saved with",
+               trainer_path, quote(j["kind"]), parts.scheduler->name());
+    scheduler_st = scheduler_state(j, trainer_path);
+  }
   std::optional<std::map<std::string, double>> scaler_st;
-  if (parts.scaler != nullptr) scaler_st = doubles(field(trainer, "scaler", trainer_path), trainer_path, "scaler");
+  if (parts.scaler != nullptr)
+    scaler_st = doubles(part_field(trainer, "scaler", "GradScaler", "pass a null scaler", trainer_path), trainer_path, "scaler");
   std::optional<rng::PhiloxState> rng_st;
   std::vector<rng::PhiloxState> cuda_rng;
   if (parts.rng) {
     const auto philox = [&](const json& r, const char* what) {
       HG_CHECK(r.is_object() && r.contains("seed") && r.contains("offset") && r["seed"].is_number_unsigned() &&
                    r["offset"].is_number_unsigned(),
-               "checkpoint '{}': {} must hold an unsigned seed and offset, got {}", trainer_path, what, r.dump());
+               "checkpoint '{}': {} must hold an unsigned seed and offset, got {}", trainer_path, what, quote(r));
       return rng::PhiloxState{r["seed"].get<uint64_t>(), r["offset"].get<uint64_t>()};
     };
-    const json& r = field(trainer, "rng", trainer_path);
+    const json& r = part_field(trainer, "rng", "RNG", "set rng = false", trainer_path);
     rng_st = philox(field(r, "cpu", trainer_path), "rng.cpu");
     if (r.contains("cuda")) {
       HG_CHECK(r["cuda"].is_array(), "checkpoint '{}': rng.cuda must be an array", trainer_path);

@@ -38,6 +38,33 @@ const std::vector<double>& list(const std::string& where, const LRSchedulerState
   return it->second;
 }
 
+// A state with a key this scheduler does not save (a StepLR's "step_size"
+// offered to a MultiStepLR), or without one it does, is another scheduler's
+// (or edited): an Error naming the key, not a silent partial load.
+void same_keys(const std::string& where, const LRSchedulerState& state, const LRSchedulerState& mine) {
+  const auto unknown = [&](const auto& theirs, const auto& ours, const char* kind) {
+    for (const auto& [key, value] : theirs) {
+      (void)value;
+      HG_CHECK(ours.count(key) != 0,
+               "{}.load_state_dict: the state has the unknown {} \"{}\", which a {} does not save; pass a state_dict() "
+               "of the same kind of scheduler",
+               where, kind, key.size() > 200 ? key.substr(0, 200) + "..." : key, where);
+    }
+  };
+  const auto missing = [&](const auto& theirs, const auto& ours) {
+    for (const auto& [key, value] : ours) {
+      (void)value;
+      HG_CHECK(theirs.count(key) != 0,
+               "{}.load_state_dict: missing key \"{}\" (pass a state_dict() of the same kind of scheduler)", where,
+               key);
+    }
+  };
+  unknown(state.scalars, mine.scalars, "scalar");
+  unknown(state.lists, mine.lists, "list");
+  missing(state.scalars, mine.scalars);
+  missing(state.lists, mine.lists);
+}
+
 // OneCycleLR's per-group arguments: one value for all groups or one per group.
 std::vector<double> per_group(const char* what, const std::vector<double>& v, size_t groups) {
   HG_CHECK(v.size() == 1 || v.size() == groups,
@@ -128,6 +155,9 @@ void LRScheduler::load_state_dict(const LRSchedulerState& state) {
   // The hyperparameters come from the constructor (PyTorch would take the
   // saved ones): a state saved with other ones is an error, not a silent mix.
   const LRSchedulerState mine = state_dict();
+  same_keys(name_, state, mine);
+  HG_CHECK(state.schedulers.empty(), "{}.load_state_dict: the state has {} nested scheduler states; a {} has none", name_,
+           state.schedulers.size(), name_);
   for (const auto& [key, value] : mine.scalars) {
     if (key == "last_epoch" || key == "_step_count") continue;
     auto it = state.scalars.find(key);
@@ -486,6 +516,7 @@ LRSchedulerState SequentialLR::state_dict() const {
 
 void SequentialLR::load_state_dict(const LRSchedulerState& state) {
   const std::string where = name();
+  same_keys(where, state, state_dict());
   HG_CHECK(state.schedulers.size() == schedulers_.size(),
            "SequentialLR.load_state_dict: the state has {} schedulers, this SequentialLR has {}",
            state.schedulers.size(), schedulers_.size());

@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -85,4 +87,40 @@ TEST_CASE("atomic_write_file: failures are Errors naming the path, leaving nothi
   });
   CHECK(entries(dir.path) == 1);  // only "taken"
   CHECK(hgtest::read_bytes(dir / "taken/inside") == "keep");
+}
+
+namespace {
+// The pid of a process that has exited (and been reaped).
+pid_t dead_pid() {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  REQUIRE(pid > 0);
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  return pid;
+}
+}  // namespace
+
+TEST_CASE("atomic_write_file: temp files of killed writers are removed by the next write in the folder, a failed "
+          "write leaves none",
+          "[core][atomic_file]") {
+  hgtest::TempDir dir;
+  const pid_t gone = dead_pid();
+  const std::string stale = dir / fmt::format("other.bin.tmp-{}-7", gone);
+  const std::string live = dir / fmt::format("other.bin.tmp-{}-8", ::getppid());  // a process that exists
+  const std::string unrelated = dir / "notes.tmp-x-1";
+  for (const auto& p : {stale, live, unrelated}) hgtest::write_bytes(p, "partial");
+  hg::atomic_write_file(dir / "a.bin", "new");
+  CHECK(hgtest::read_bytes(dir / "a.bin") == "new");
+  CHECK(!std::filesystem::exists(stale));
+  CHECK(std::filesystem::exists(live));
+  CHECK(std::filesystem::exists(unrelated));
+  // A writer that throws: the old file stays, no temp file is left.
+  CHECK_THROWS_AS(hg::atomic_write_file(dir / "a.bin", [](hg::AtomicFile& f) {
+                    f.write("half");
+                    throw hg::Error("stop");
+                  }),
+                  hg::Error);
+  CHECK(hgtest::read_bytes(dir / "a.bin") == "new");
+  CHECK(hgtest::entries_named(dir.path, "a.bin.tmp-").empty());
 }

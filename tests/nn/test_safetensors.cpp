@@ -4,9 +4,14 @@
 // nn::save / nn::load, and every kind of broken file as an Error naming it.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include <halfgrad.h>
 
@@ -333,4 +338,85 @@ TEST_CASE("safetensors: CUDA tensors are saved from the host and loaded into CUD
   hg::nn::load(b, dir / "m.safetensors");
   CHECK(b.linear1.weight.device().is_cuda());
   CHECK(hgtest::same_bits(b.linear1.weight, a.linear1.weight));
+}
+
+namespace {
+// f, killed by SIGALRM after `seconds` (a hang fails the case instead of the
+// suite); meant for run_in_child, whose child process the alarm ends.
+std::function<void()> within(unsigned seconds, std::function<void()> f) {
+  return [seconds, f = std::move(f)] {
+    ::alarm(seconds);
+    f();
+  };
+}
+}  // namespace
+
+TEST_CASE("safetensors: hostile headers (deep, long, many entries) are bounded in time, stack and message size",
+          "[nn][safetensors][hostile]") {
+  TempDir dir;
+  // 100k levels of nesting: refused at the fourth, without recursing.
+  const std::string deep = dir / "deep.safetensors";
+  hgtest::write_bytes(deep, raw_file("{\"a\":" + std::string(100'000, '[') + std::string(100'000, ']') + "}"));
+  // An invalid 10 MB header whose last token is the whole string: the message
+  // quotes a few hundred bytes of it, not 10 MB.
+  const std::string long_bad = dir / "long_bad.safetensors";
+  hgtest::write_bytes(long_bad, raw_file("{\"a\":\"" + std::string(10'000'000, 'x') + "\\q\"}"));
+  // A 10 MB tensor name in an otherwise bad entry.
+  const std::string long_name = dir / "long_name.safetensors";
+  hgtest::write_bytes(long_name, raw_file("{\"" + std::string(10'000'000, 'n') + "\":[1]}"));
+  hgtest::expect_errors({
+      {"100k levels deep", within(30, [&] { hg::nn::load_safetensors(deep); }),
+       {"deep.safetensors", "nests deeper than 3 levels"}},
+      {"invalid 10 MB header", within(30, [&] { hg::nn::load_safetensors(long_bad); }),
+       {"long_bad.safetensors", "not valid JSON"}},
+      {"10 MB name", within(30, [&] { hg::nn::load_safetensors(long_name); }),
+       {"long_name.safetensors", "must be an object", "bytes in all"}},
+  });
+  for (const std::string& p : {long_bad, long_name}) {
+    INFO(p);
+    const auto r = hgtest::run_in_child(within(30, [&] { hg::nn::load_safetensors(p); }));
+    CHECK(r.threw_error);
+    CHECK(r.message.size() < 1000);
+  }
+
+  // 100k entries (6 MB of header): linear, so well within a few seconds (the
+  // callback parser took over 300 s); the alarm turns a regression into a failure.
+  std::string header = "{";
+  std::string data;
+  constexpr int kEntries = 100'000;
+  for (int i = 0; i < kEntries; ++i) {
+    header += fmt::format("{}\"t{}\":{{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[{},{}]}}", i ? "," : "", i,
+                          4 * i, 4 * i + 4);
+    const float v = static_cast<float>(i);
+    data.append(reinterpret_cast<const char*>(&v), 4);
+  }
+  header += "}";
+  const std::string many = dir / "many.safetensors";
+  hgtest::write_bytes(many, raw_file(header, data));
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = hgtest::run_in_child(within(60, [&] {
+    const auto f = hg::nn::load_safetensors(many);
+    HG_CHECK(f.tensors.size() == kEntries && hgtest::values(f.at("t99999")) == std::vector<double>{99999},
+             "wrong contents");
+  }));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO(r.describe() << " after " << seconds << " s");
+  CHECK(r.returned);
+  CHECK(seconds < 30);
+}
+
+TEST_CASE("safetensors: a FIFO (or other non-regular file) is refused before any read, never waited on",
+          "[nn][safetensors][hostile]") {
+  TempDir dir;
+  const std::string fifo = dir / "pipe.safetensors";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  hgtest::expect_errors({
+      {"FIFO", within(30, [&] { hg::nn::load_safetensors(fifo); }), {"pipe.safetensors", "FIFO", "not a regular file"}},
+      {"FIFO through nn::load", within(30, [&] {
+         hgtest::MLP m;
+         hg::nn::load(m, fifo);
+       }),
+       {"pipe.safetensors", "not a regular file"}},
+      {"missing", [&] { hg::nn::load_safetensors(dir / "none.safetensors"); }, {"none.safetensors", "no such file"}},
+  });
 }

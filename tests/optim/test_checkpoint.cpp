@@ -5,6 +5,10 @@
 // the previous checkpoint; broken checkpoints are Errors.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -305,4 +309,203 @@ TEST_CASE("Checkpoint: the CUDA generators are saved and restored", "[optim][che
   hg::optim::load_checkpoint(dir / "c", parts);
   CHECK(hgtest::same_bits(hg::randn({4}), cpu));
   CHECK(hgtest::same_bits(hg::randn({4}, hg::Device::cuda()), gpu));
+}
+
+namespace {
+// f, killed by SIGALRM after `seconds`: a hang fails the case (in
+// run_in_child's child process) instead of blocking the suite.
+std::function<void()> within(unsigned seconds, std::function<void()> f) {
+  return [seconds, f = std::move(f)] {
+    ::alarm(seconds);
+    f();
+  };
+}
+
+// The file at `path` with its first `from` replaced by `to`.
+void edit(const std::string& path, const std::string& from, const std::string& to) {
+  std::string t = hgtest::read_bytes(path);
+  const size_t at = t.find(from);
+  REQUIRE(at != std::string::npos);
+  t.replace(at, from.size(), to);
+  hgtest::write_bytes(path, t);
+}
+}  // namespace
+
+TEST_CASE("Checkpoint: hostile trainer.json and metadata are Errors in bounded time, stack and message size",
+          "[optim][checkpoint][hostile]") {
+  TempDir dir;
+  hg::manual_seed(0);
+  Run run(sgd);
+  run.step();
+  hg::optim::save_checkpoint(dir / "c", run.parts());
+  auto parts = run.parts();
+  const auto copy = [&](const std::string& name) {
+    fs::copy(dir.path / "c", dir.path / name, fs::copy_options::recursive);
+    return dir / name;
+  };
+  constexpr size_t kDeep = 100'000;
+  const std::string deep_extra = copy("deep_extra");
+  edit(deep_extra + "/trainer.json", "\"extra\": {}",
+       "\"extra\": {\"x\": " + std::string(kDeep, '[') + std::string(kDeep, ']') + "}");
+  // 20k nested scheduler states (each a level of recursion in the reader before).
+  const std::string deep_scheduler = copy("deep_scheduler");
+  {
+    std::string chain;
+    for (int i = 0; i < 20'000; ++i) chain += R"({"scalars":{},"lists":{},"schedulers":[)";
+    for (int i = 0; i < 20'000; ++i) chain += "]}";
+    edit(deep_scheduler + "/trainer.json", "\"scheduler\": {", "\"scheduler\": {\"schedulers\": [" + chain + "], \"x\": {");
+  }
+  const std::string deep_groups = copy("deep_groups");
+  hg::nn::save_safetensors(deep_groups + "/optimizer.safetensors", {},
+                           {{"param_groups", std::string(kDeep, '[') + std::string(kDeep, ']')}, {"optimizer", "SGD"}});
+  // A 10 MB invalid trainer.json: the message quotes a few hundred bytes.
+  const std::string long_bad = copy("long_bad");
+  edit(long_bad + "/trainer.json", "\"extra\": {}", "\"extra\": \"" + std::string(10'000'000, 'x') + "\\q\"");
+  const std::string twice = copy("twice");
+  edit(twice + "/trainer.json", "\"step\": 0", "\"step\": 0, \"step\": 5");
+  const std::string unknown = copy("unknown");
+  edit(unknown + "/trainer.json", "\"step\": 0", "\"step\": 0, \"bogus\": 1");
+
+  hgtest::expect_errors({
+      {"extra 100k deep", within(30, [&] { hg::optim::load_checkpoint(deep_extra, parts); }),
+       {"deep_extra/trainer.json", "nests deeper than 64 levels"}},
+      {"20k nested schedulers", within(30, [&] { hg::optim::load_checkpoint(deep_scheduler, parts); }),
+       {"deep_scheduler/trainer.json", "nests deeper than 64 levels"}},
+      {"param_groups 100k deep", within(30, [&] { hg::optim::load_checkpoint(deep_groups, parts); }),
+       {"deep_groups/optimizer.safetensors", "param_groups", "nests deeper than 64 levels"}},
+      {"invalid 10 MB trainer.json", within(30, [&] { hg::optim::load_checkpoint(long_bad, parts); }),
+       {"long_bad/trainer.json", "not valid JSON", "bytes in all"}},
+      {"a key twice", [&] { hg::optim::load_checkpoint(twice, parts); }, {"twice/trainer.json", "the key \"step\" twice"}},
+      {"unknown field", [&] { hg::optim::load_checkpoint(unknown, parts); },
+       {"unknown/trainer.json", "unknown field \"bogus\""}},
+  });
+  const auto r = hgtest::run_in_child(within(30, [&] { hg::optim::load_checkpoint(long_bad, parts); }));
+  CHECK(r.threw_error);
+  CHECK(r.message.size() < 1000);
+}
+
+TEST_CASE("Checkpoint: numbers out of range, unknown scheduler fields, another scheduler's state, absent parts",
+          "[optim][checkpoint][hostile]") {
+  TempDir dir;
+  hg::manual_seed(0);
+  Run run(sgd);
+  run.step();
+  hg::optim::save_checkpoint(dir / "c", run.parts());
+  auto parts = run.parts();
+  const auto copy = [&](const std::string& name) {
+    fs::copy(dir.path / "c", dir.path / name, fs::copy_options::recursive);
+    return dir / name;
+  };
+  const std::string step_2_63 = copy("step_2_63");
+  edit(step_2_63 + "/trainer.json", "\"step\": 0", "\"step\": 9223372036854775808");
+  const std::string step_negative = copy("step_negative");
+  edit(step_negative + "/trainer.json", "\"step\": 0", "\"step\": -1");
+  const std::string epoch_huge = copy("epoch_huge");
+  edit(epoch_huge + "/trainer.json", "\"epoch\": 0", "\"epoch\": 18446744073709551615");
+  const std::string scheduler_field = copy("scheduler_field");
+  edit(scheduler_field + "/trainer.json", "\"scheduler\": {", "\"scheduler\": {\"bogus\": 1, ");
+  const std::string scheduler_scalar = copy("scheduler_scalar");
+  edit(scheduler_scalar + "/trainer.json", "\"scalars\": {", "\"scalars\": {\"bogus\": 1, ");
+  // A checkpoint written before the scheduler's kind was saved: its keys still tell.
+  const std::string no_kind = copy("no_kind");
+  edit(no_kind + "/trainer.json", "\"kind\": \"StepLR\",", "");
+
+  hg::optim::MultiStepLR multi(*run.optimizer, {2, 4}, 0.5);
+  auto with_multi = parts;
+  with_multi.scheduler = &multi;
+
+  auto no_optimizer = run.parts();
+  no_optimizer.optimizer = nullptr;
+  no_optimizer.scheduler = nullptr;
+  no_optimizer.scaler = nullptr;
+  no_optimizer.model = nullptr;
+  hg::optim::save_checkpoint(dir / "bare", no_optimizer);
+
+  hgtest::expect_errors({
+      {"step 2^63", [&] { hg::optim::load_checkpoint(step_2_63, parts); },
+       {"step_2_63/trainer.json", "\"step\" must be an integer in [0, 2^63)", "9223372036854775808"}},
+      {"step -1", [&] { hg::optim::load_checkpoint(step_negative, parts); }, {"\"step\" must be an integer in [0, 2^63)"}},
+      {"epoch 2^64 - 1", [&] { hg::optim::load_checkpoint(epoch_huge, parts); },
+       {"\"epoch\" must be an integer in [0, 2^63)"}},
+      {"unknown scheduler field", [&] { hg::optim::load_checkpoint(scheduler_field, parts); },
+       {"scheduler_field/trainer.json", "the scheduler state has an unknown field \"bogus\""}},
+      {"unknown scheduler scalar", [&] { hg::optim::load_checkpoint(scheduler_scalar, parts); },
+       {"StepLR.load_state_dict", "unknown scalar \"bogus\""}},
+      {"StepLR's state into a MultiStepLR", [&] { hg::optim::load_checkpoint(dir / "c", with_multi); },
+       {"c/trainer.json", "\"StepLR\" scheduler, which does not load into a MultiStepLR"}},
+      {"StepLR's state, without its kind, into a MultiStepLR", [&] { hg::optim::load_checkpoint(no_kind, with_multi); },
+       {"MultiStepLR.load_state_dict", "unknown scalar \"step_size\""}},
+      {"no model saved", [&] { hg::optim::load_checkpoint(dir / "bare", parts); },
+       {"bare", "this checkpoint has no model state"}},
+      {"no optimizer saved (model not asked for)",
+       [&] {
+         auto p = parts;
+         p.model = nullptr;
+         hg::optim::load_checkpoint(dir / "bare", p);
+       },
+       {"bare", "this checkpoint has no optimizer state", "pass a null optimizer"}},
+      {"no scheduler saved",
+       [&] {
+         auto p = parts;
+         p.model = nullptr;
+         p.optimizer = nullptr;
+         hg::optim::load_checkpoint(dir / "bare", p);
+       },
+       {"this checkpoint has no scheduler state"}},
+      {"negative step on save",
+       [&] {
+         auto p = parts;
+         p.step = -3;
+         hg::optim::save_checkpoint(dir / "neg", p);
+       },
+       {"epoch and step must be >= 0"}},
+  });
+  // Nothing above loaded by mistake: the valid checkpoint still loads.
+  hg::optim::load_checkpoint(dir / "c", parts);
+}
+
+TEST_CASE("Checkpoint: FIFOs in place of its files are refused, never waited on", "[optim][checkpoint][hostile]") {
+  TempDir dir;
+  hg::manual_seed(0);
+  Run run(sgd);
+  run.step();
+  hg::optim::save_checkpoint(dir / "c", run.parts());
+  auto parts = run.parts();
+  for (const char* name : {"model.safetensors", "optimizer.safetensors", "trainer.json"}) {
+    INFO(name);
+    const std::string d = dir / (std::string("fifo_") + name);
+    fs::copy(dir.path / "c", d, fs::copy_options::recursive);
+    fs::remove(d + "/" + name);
+    REQUIRE(::mkfifo((d + "/" + name).c_str(), 0600) == 0);
+    hgtest::expect_errors({{name, within(30, [&] { hg::optim::load_checkpoint(d, parts); }),
+                            {name, "is a FIFO (named pipe), not a regular file"}}});
+  }
+}
+
+TEST_CASE("Checkpoint: temp folders of killed saves are removed by the next save in the folder",
+          "[optim][checkpoint]") {
+  TempDir dir;
+  hg::manual_seed(0);
+  Run run(sgd);
+  run.step();
+  const pid_t gone = [] {
+    const pid_t pid = ::fork();
+    if (pid == 0) ::_exit(0);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return pid;
+  }();
+  const fs::path stale = dir.path / fmt::format(".ckpt-3.partial-{}-0", gone);
+  const fs::path stale_old = dir.path / fmt::format(".ckpt-1.partial-{}-2.old", gone);
+  const fs::path live = dir.path / fmt::format(".ckpt-4.partial-{}-0", ::getppid());
+  for (const auto& p : {stale, stale_old, live}) {
+    fs::create_directory(p);
+    hgtest::write_bytes((p / "model.safetensors").string(), "partial");
+  }
+  hg::optim::CheckpointManager manager(dir.path.string());
+  manager.save(5, run.parts());
+  CHECK(!fs::exists(stale));
+  CHECK(!fs::exists(stale_old));
+  CHECK(fs::exists(live));
+  CHECK(manager.steps() == std::vector<int64_t>{5});
 }

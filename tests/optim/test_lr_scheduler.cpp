@@ -620,3 +620,26 @@ TEST_CASE("OneCycleLR's extra step may extrapolate to a negative lr: an Error, n
   CHECK(opt->lr(0) == s.get_last_lr()[0]);
   CHECK(opt->param_groups()[1].options.betas[0] == kMomOneCycleLRThreePhaseLinear.back());  // untouched
 }
+
+TEST_CASE("LR scheduler load_state_dict refuses another kind's state and unknown keys", "[optim][lr_scheduler]") {
+  hg::Tensor w = hg::zeros({2}).requires_grad_(true);
+  hg::optim::SGD opt({w}, {.lr = 0.1});
+  hg::optim::StepLR step(opt, 3, 0.5);
+  hg::optim::MultiStepLR multi(opt, {2, 4}, 0.5);
+  auto unknown = step.state_dict();
+  unknown.scalars["bogus"] = 1;
+  auto unknown_list = multi.state_dict();
+  unknown_list.lists["bogus"] = {1.0};
+  auto nested = step.state_dict();
+  nested.schedulers.push_back(step.state_dict());
+  hgtest::expect_errors({
+      {"StepLR's state into a MultiStepLR", [&] { multi.load_state_dict(step.state_dict()); },
+       {"MultiStepLR.load_state_dict", "unknown scalar \"step_size\""}},
+      {"MultiStepLR's state into a StepLR", [&] { step.load_state_dict(multi.state_dict()); },
+       {"StepLR.load_state_dict", "unknown list \"milestones\""}},
+      {"an unknown scalar", [&] { step.load_state_dict(unknown); }, {"unknown scalar \"bogus\""}},
+      {"an unknown list", [&] { multi.load_state_dict(unknown_list); }, {"unknown list \"bogus\""}},
+      {"nested states", [&] { step.load_state_dict(nested); }, {"1 nested scheduler states"}},
+  });
+  step.load_state_dict(step.state_dict());  // its own still loads
+}
