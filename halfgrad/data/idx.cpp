@@ -7,6 +7,7 @@
 // end of the stream long before memory runs out.
 #include <halfgrad/data/idx.h>
 
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include <memory>
 #include <vector>
 
+#include <halfgrad/core/file_input.h>
 #include <halfgrad/ops/ops.h>
 
 namespace halfgrad::data {
@@ -48,13 +50,16 @@ const char* type_name(unsigned t) {
 class Reader {
  public:
   explicit Reader(const std::string& path) : path_(path) {
-    std::error_code ec;
-    HG_CHECK(fs::is_regular_file(path, ec), "read_idx: {}: no such file (or not a regular file)", path);
-    file_size_ = fs::file_size(path, ec);
-    HG_CHECK(!ec, "read_idx: {}: cannot read its size: {}", path, ec.message());
+    // Regular files only, checked on the open descriptor before any read (a
+    // FIFO would block); zlib then reads from that descriptor.
+    const int fd = open_regular_file(path, "read_idx", &file_size_);
     errno = 0;
-    file_.reset(gzopen(path.c_str(), "rb"));
-    HG_CHECK(file_ != nullptr, "read_idx: {}: cannot open it: {}", path, errno ? std::strerror(errno) : "zlib error");
+    file_.reset(gzdopen(fd, "rb"));
+    if (file_ == nullptr) {
+      const int e = errno;
+      ::close(fd);
+      fail("read_idx: {}: cannot open it: {}", path, e ? std::strerror(e) : "zlib error");
+    }
     gzbuffer(file_.get(), 1u << 16);
   }
   const std::string& path() const { return path_; }
@@ -116,7 +121,7 @@ Tensor convert(const std::vector<unsigned char>& bytes, const Shape& shape, DTyp
 }
 }  // namespace
 
-Tensor read_idx(const std::string& path, DType dtype) {
+Tensor read_idx(const std::string& path, DType dtype, uint64_t max_bytes) {
   HG_CHECK(dtype == DType::Float32 || dtype == DType::Float64 || dtype == DType::Int64,
            "read_idx: dtype {} is not supported; ask for float32, float64 or int64", dtype_name(dtype));
   Reader r(path);
@@ -161,6 +166,10 @@ Tensor read_idx(const std::string& path, DType dtype) {
              "(deflate expands at most {}:1); the header is corrupt",
              path, shape_str(shape), total, r.file_size(), kMaxDeflateRatio);
   }
+  HG_CHECK(total <= max_bytes,
+           "read_idx: {}: the header's sizes {} ask for {} bytes of data, above the limit of {} bytes (max_bytes); "
+           "pass a larger max_bytes to read_idx if this file is meant to be that large",
+           path, shape_str(shape), total, max_bytes);
   std::vector<unsigned char> bytes;
   if (!gz) bytes.reserve(total);  // known to be there
   while (bytes.size() < total) {

@@ -5,6 +5,7 @@
 // and treat every file as hostile: each malformation is a halfgrad::Error
 // naming the file and what is wrong, and nothing is allocated beyond what the
 // file can actually hold.
+#include <cstdint>
 #include <string>
 
 #include <halfgrad/core/tensor.h>
@@ -16,7 +17,14 @@ namespace halfgrad::data {
 // anything else is read as a plain file), shaped as its header says, values
 // unchanged (0 .. 255, not scaled) in `dtype`: float32 (the default), float64
 // or int64 (labels). halfgrad has no uint8 dtype, so the bytes are converted.
-Tensor read_idx(const std::string& path, DType dtype = DType::Float32);
+// The header's sizes may ask for at most `max_bytes` bytes of data (elements):
+// more is an Error naming the file and both sizes before anything is read, so
+// a gzip bomb (a small file that honestly expands to gigabytes) costs nothing.
+// The default, 256 MiB, is over five times Fashion-MNIST's largest file; pass
+// a larger limit to read larger arrays (the tensor takes max_bytes times the
+// dtype's size).
+inline constexpr uint64_t kIdxMaxBytes = uint64_t{1} << 28;
+Tensor read_idx(const std::string& path, DType dtype = DType::Float32, uint64_t max_bytes = kIdxMaxBytes);
 
 // Where Debian's dataset-fashion-mnist package puts the files.
 inline constexpr const char* kFashionMnistRoot = "/usr/share/datasets/fashion-mnist";

@@ -2,8 +2,11 @@
 // and gzip), every kind of broken file (each a clear Error naming the file),
 // and the real data set from Debian's dataset-fashion-mnist (sizes, the label
 // histogram, and the mean/std constants recomputed from the pixels).
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 
@@ -269,4 +272,42 @@ TEST_CASE("read_idx: randomly damaged files give a tensor or a halfgrad::Error, 
   // member (zlib ignores it) — about a quarter of the trials.
   CHECK(errors > 250);
   CHECK(errors + reads == 400);
+}
+
+TEST_CASE("read_idx: a gzip bomb is an Error naming the file and the size, at once", "[data][idx][errors][hostile]") {
+  TempDir dir;
+  // 1 GiB of zeros that honestly decompresses: 1024 gzip members of 1 MiB each
+  // (zlib reads concatenated members as one stream), about 1 MB on disk.
+  const uint32_t side = 1024;
+  Bytes file = gzip(idx({side, side, side}, Bytes(1 << 20, 0)));
+  const Bytes member = gzip(Bytes(1 << 20, 0));
+  for (int i = 1; i < 1024; ++i) file.insert(file.end(), member.begin(), member.end());
+  const std::string bomb = dir.file("bomb.gz");
+  write(bomb, file);
+  // Small files against a small limit, plain and gzip'd; the limit is inclusive.
+  const std::string plain = dir.file("small.idx"), small_gz = dir.file("small.gz");
+  write(plain, idx({4, 5}, pattern(20)));
+  write(small_gz, gzip(idx({4, 5}, pattern(20))));
+  const auto start = std::chrono::steady_clock::now();
+  hgtest::expect_errors({
+      {"1 GiB from 1 MB", [&] { ::alarm(60); hg::data::read_idx(bomb); },
+       {"bomb.gz", "[1024, 1024, 1024]", "1073741824 bytes of data", "above the limit of 268435456"}},
+      {"plain above max_bytes", [&] { hg::data::read_idx(plain, hg::float32, 19); },
+       {"small.idx", "20 bytes of data, above the limit of 19"}},
+      {"gzip above max_bytes", [&] { hg::data::read_idx(small_gz, hg::float32, 19); },
+       {"small.gz", "20 bytes of data, above the limit of 19"}},
+  });
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < 30);
+  CHECK(hg::data::read_idx(small_gz, hg::float32, 20).numel() == 20);
+  CHECK(hg::data::read_idx(plain, hg::int64, 20).numel() == 20);
+}
+
+TEST_CASE("read_idx: a FIFO or a folder is refused before any read", "[data][idx][errors][hostile]") {
+  TempDir dir;
+  const std::string fifo = dir.file("pipe.idx");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  hgtest::expect_errors({
+      {"FIFO", [&] { ::alarm(30); hg::data::read_idx(fifo); }, {"pipe.idx", "is a FIFO (named pipe), not a regular file"}},
+      {"folder", [&] { hg::data::read_idx(dir.path.string()); }, {"is a folder, not a regular file"}},
+  });
 }
