@@ -88,7 +88,19 @@ Tensor from_values(const std::vector<T>& values, const Shape& shape, const Tenso
 
 Tensor empty(const Shape& shape, TensorOptions o) { return finish(make_tensor(shape, plain(o)), o); }
 
+// PyTorch's check (c10::overflows) before a fill value becomes an int64: a
+// value outside [-2^63, 2^63), NaN or an infinity is an error, not INT64_MIN.
+// (Floating dtypes keep the cast's rounding: 65519 fills a float16 as 65504.)
+static void check_fill_value(const char* op, double value, DType dt) {
+  if (dt != DType::Int64) return;
+  HG_CHECK(value >= -0x1p63 && value < 0x1p63,
+           "{}: value {} cannot be converted to type int64 without overflow (PyTorch: \"value cannot be converted to "
+           "type int64_t without overflow\"); pass a value in [-2^63, 2^63) or a floating dtype",
+           op, value);
+}
+
 Tensor full(const Shape& shape, double value, TensorOptions o) {
+  check_fill_value("full", value, plain(o).dtype());
   Tensor t = make_tensor(shape, plain(o));
   kernels::fill(t, value);
   return finish(t, o);

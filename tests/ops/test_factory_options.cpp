@@ -5,6 +5,7 @@
 
 #include <halfgrad.h>
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -123,4 +124,21 @@ TEST_CASE("CUDA: options place factories on the device; from_blob wraps device m
   CHECK(wrapped.cpu().to_vector<float>() == std::vector<float>{0, 1, 2, 3, 4, 5});
   const Tensor h = hg::tensor({0.5, 1.5}, {}, hg::dtype(hg::kBFloat16).device(hg::kCUDA));
   CHECK(h.cpu().to_vector<float>() == std::vector<float>{0.5f, 1.5f});
+}
+
+TEST_CASE("full: a value outside int64's range is an overflow error, as in PyTorch", "[ops][factory]") {
+  hgtest::expect_errors({
+      {"1e30 as int64", [] { (void)hg::full({2}, 1e30, hg::kLong); },
+       {"full", "1e+30", "cannot be converted to type int64 without overflow"}},
+      {"2^63 as int64", [] { (void)hg::full({2}, 0x1p63, hg::kLong); }, {"without overflow"}},
+      {"NaN as int64", [] { (void)hg::full({2}, std::nan(""), hg::kLong); }, {"without overflow"}},
+      {"-inf as int64", [] { (void)hg::full({2}, -INFINITY, hg::kLong); }, {"without overflow"}},
+  });
+  // The ends of the range; floating dtypes and bool take any value.
+  CHECK(hg::full({1}, -0x1p63, hg::kLong).to_vector<int64_t>()[0] == INT64_MIN);
+  CHECK(hg::full({1}, 0x1p62, hg::kLong).to_vector<int64_t>()[0] == int64_t{1} << 62);
+  CHECK(std::isinf(hg::full({1}, INFINITY, hg::kHalf).item<double>()));
+  CHECK(std::isnan(hg::full({1}, std::nan(""), hg::kBFloat16).item<double>()));
+  CHECK(hg::full({1}, 1e300, hg::kDouble).item<double>() == 1e300);
+  CHECK(hg::full({1}, 1e30, hg::kBool).item<bool>());
 }
