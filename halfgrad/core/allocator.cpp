@@ -12,8 +12,10 @@ namespace halfgrad {
 
 namespace {
 void* allocate_bytes(size_t nbytes, Device device) {
-  if (nbytes == 0) return nullptr;
+  // cuda::allocate checks the device even for 0 bytes: an empty CUDA tensor
+  // where CUDA cannot be used is an Error at creation, as in PyTorch.
   if (device.is_cuda()) return cuda::allocate(nbytes, device.index());
+  if (nbytes == 0) return nullptr;
   return host_memory::allocate(nbytes);  // 64-byte aligned, from the cache when it can
 }
 }  // namespace

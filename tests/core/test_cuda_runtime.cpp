@@ -107,7 +107,8 @@ TEST_CASE("without a device, CUDA calls fail with halfgrad::Error", "[cuda_runti
   if (cuda::is_available()) return;
   CHECK_THROWS_AS(cuda::allocate(16, 0), halfgrad::Error);
   CHECK_THROWS_WITH(cuda::allocate(16, 0), Catch::Contains("CUDA is not available"));
-  CHECK(cuda::allocate(0, 0) == nullptr);  // nothing to allocate: no device needed
+  // nothing to allocate, but still a tensor on a device that cannot be used: refused, as in PyTorch
+  CHECK_THROWS_WITH(cuda::allocate(0, 0), Catch::Contains("CUDA is not available"));
   CHECK_NOTHROW(cuda::release(nullptr, 0));
   CHECK_NOTHROW(cuda::synchronize());
 }

@@ -445,3 +445,17 @@ TEST_CASE("reductions of empty tensors", "[tensor][reduce]") {
   CHECK(mm(zeros({2, 0}), zeros({0, 3})).shape() == Shape{2, 3});
   CHECK(values(mm(zeros({2, 0}), zeros({0, 3}))) == std::vector<double>(6, 0.0));
 }
+
+TEST_CASE("a CUDA tensor where CUDA cannot be used is an Error at creation, empty ones too", "[core][device]") {
+  // PyTorch: torch.empty(0, device="cuda") raises where CUDA is not usable; an
+  // empty "CUDA" tensor that then takes part in ops would hide the mistake.
+  if (halfgrad::cuda::is_available()) return;  // on a GPU machine these are valid tensors ([cuda] suites test them)
+  const halfgrad::TensorOptions on_cuda(halfgrad::DType::Float32, halfgrad::Device::cuda());
+  for (const halfgrad::Shape& shape : {halfgrad::Shape{0}, halfgrad::Shape{2, 0}, halfgrad::Shape{3}}) {
+    INFO(fmt::format("{}", shape));
+    CHECK_THROWS_WITH(halfgrad::zeros(shape, on_cuda), Catch::Contains("CUDA is not available") &&
+                                                           Catch::Contains("use device 'cpu'"));
+    CHECK_THROWS_WITH(halfgrad::empty(shape, on_cuda), Catch::Contains("CUDA is not available"));
+  }
+  CHECK_THROWS_WITH(halfgrad::zeros({0}).to(halfgrad::Device::cuda()), Catch::Contains("CUDA is not available"));
+}

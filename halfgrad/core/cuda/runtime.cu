@@ -159,8 +159,8 @@ void* current_stream() { return t_stream; }
 void set_current_stream(void* s) { t_stream = static_cast<cudaStream_t>(s); }
 
 void* allocate(size_t nbytes, int device) {
+  check_device(device, "cuda::allocate");  // also for 0 bytes: no tensor on a device that cannot be used
   if (nbytes == 0) return nullptr;
-  check_device(device, "cuda::allocate");
   DeviceGuard guard(device);
   cudaMemPool_t pool = pool_for(device);
   void* ptr = nullptr;

@@ -22,9 +22,8 @@ bool is_available() { return false; }
 int device_count() { return 0; }
 void* current_stream() { return g_stream; }
 void set_current_stream(void* stream) { g_stream = stream; }
-void* allocate(size_t nbytes, int) {
-  if (nbytes == 0) return nullptr;
-  no_cuda("allocate");
+void* allocate(size_t, int) {
+  no_cuda("allocate");  // also for 0 bytes: an empty CUDA tensor is refused at creation, as in PyTorch
 }
 void release(void*, int) noexcept {}
 void release_after(void*, int, void* const*, size_t) noexcept {}
