@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include <halfgrad/core/error.h>
+#include <halfgrad/core/file_input.h>
 
 namespace halfgrad::train {
 
@@ -54,12 +55,20 @@ off_t complete_length(int fd) {
 }  // namespace
 
 MetricsCsv::MetricsCsv(std::string path, bool append) : path_(std::move(path)) {
-  const int flags = (append ? O_RDWR : O_WRONLY) | O_CREAT | O_APPEND | O_CLOEXEC | (append ? 0 : O_TRUNC);
+  // O_NONBLOCK: a FIFO at `path` must not block the open (a reader-less FIFO
+  // fails it with ENXIO); anything but a regular file is then refused.
+  const int flags =
+      (append ? O_RDWR : O_WRONLY) | O_CREAT | O_APPEND | O_CLOEXEC | O_NONBLOCK | (append ? 0 : O_TRUNC);
   fd_ = ::open(path_.c_str(), flags, 0644);
   HG_CHECK(fd_ >= 0, "MetricsCsv: cannot open '{}' for writing: {}; check that the folder exists and is writable",
            path_, std::strerror(errno));
   struct stat st{};
-  fstat(fd_, &st);
+  if (fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    fd_ = -1;
+    fail("MetricsCsv: '{}' is not a regular file (a FIFO, a device or a folder); give the path of a file", path_);
+  }
+  fcntl(fd_, F_SETFL, fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
   if (append && st.st_size > 0) {
     std::ifstream in(path_);
     std::string header;
@@ -69,7 +78,7 @@ MetricsCsv::MetricsCsv(std::string path, bool append) : path_(std::move(path)) {
       fd_ = -1;
       fail("MetricsCsv: '{}' starts with '{}', not this format's header '{}'; append only to a metrics file "
            "written by MetricsCsv, or open it with append = false to start afresh",
-           path_, header, kHeader);
+           path_, header.size() <= 200 ? header : header.substr(0, 200) + "...", kHeader);
     }
     // Drop a last line cut short by a crash (everything after the last newline).
     const off_t keep = complete_length(fd_);
@@ -108,28 +117,32 @@ void MetricsCsv::write_all(const std::string& text) {
 }
 
 std::vector<MetricsRow> read_metrics_csv(const std::string& path) {
-  std::ifstream in(path);
-  HG_CHECK(in.good(), "read_metrics_csv: cannot open '{}'", path);
+  // A regular file only (a FIFO would block forever), of at most 1 GiB (a
+  // row per step is ~100 bytes: ten million steps); lines quoted in errors
+  // are clipped, since the file may hold anything.
+  std::istringstream in(read_regular_file(path, "read_metrics_csv", uint64_t{1} << 30));
+  auto clip = [](const std::string& t) { return t.size() <= 200 ? t : t.substr(0, 200) + "..."; };
   std::string line;
   std::getline(in, line);
-  HG_CHECK(line == MetricsCsv::kHeader, "read_metrics_csv: '{}' line 1 is '{}', not the header '{}'", path, line,
+  HG_CHECK(line == MetricsCsv::kHeader, "read_metrics_csv: '{}' line 1 is '{}', not the header '{}'", path, clip(line),
            MetricsCsv::kHeader);
   std::vector<MetricsRow> rows;
   for (int lineno = 2; std::getline(in, line); ++lineno) {
     const auto f = split(line);
-    HG_CHECK(f.size() == 11, "read_metrics_csv: '{}' line {} has {} fields, not 11: '{}'", path, lineno, f.size(), line);
+    HG_CHECK(f.size() == 11, "read_metrics_csv: '{}' line {} has {} fields, not 11: '{}'", path, lineno, f.size(),
+             clip(line));
     auto number = [&](const std::string& s) -> std::optional<double> {
       if (s.empty()) return std::nullopt;
       char* end = nullptr;
       const double v = std::strtod(s.c_str(), &end);
-      HG_CHECK(end && *end == '\0', "read_metrics_csv: '{}' line {}: '{}' is not a number", path, lineno, s);
+      HG_CHECK(end && *end == '\0', "read_metrics_csv: '{}' line {}: '{}' is not a number", path, lineno, clip(s));
       return v;
     };
     auto integer = [&](const std::string& s) -> std::optional<int64_t> {
       if (s.empty()) return std::nullopt;
       char* end = nullptr;
       const long long v = std::strtoll(s.c_str(), &end, 10);
-      HG_CHECK(end && *end == '\0', "read_metrics_csv: '{}' line {}: '{}' is not an integer", path, lineno, s);
+      HG_CHECK(end && *end == '\0', "read_metrics_csv: '{}' line {}: '{}' is not an integer", path, lineno, clip(s));
       return static_cast<int64_t>(v);
     };
     MetricsRow r;

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <string>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "test_util.h"
@@ -110,6 +111,25 @@ TEST_CASE("MetricsCsv and read_metrics_csv errors", "[train][csv]") {
     std::ofstream out(short_row);
     out << MetricsCsv::kHeader << "\nstep,1,0\n";
   }
+  // hostile paths: a FIFO (open() would block forever), a folder; and a first
+  // line of 1 MB, which the message must not quote whole
+  const std::string fifo = temp_path("fifo");
+  std::remove(fifo.c_str());
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  const std::string long_line = temp_path("long");
+  {
+    std::ofstream out(long_line);
+    out << std::string(1 << 20, 'x') << "\n";
+  }
+  hgtest::expect_errors({
+      {"read a FIFO", [&] { read_metrics_csv(fifo); }, {"read_metrics_csv", "FIFO"}},
+      {"write to a FIFO", [&] { MetricsCsv csv(fifo); }, {"MetricsCsv", fifo.c_str()}},
+      {"append to a FIFO", [&] { MetricsCsv csv(fifo, true); }, {"MetricsCsv", "not a regular file"}},
+      {"read a folder", [] { read_metrics_csv("/tmp"); }, {"read_metrics_csv", "folder"}},
+  });
+  const auto r = hgtest::run_in_child([&] { read_metrics_csv(long_line); });
+  CHECK(r.threw_error);
+  CHECK(r.message.size() < 1000);
   hgtest::expect_errors({
       {"no such folder", [] { MetricsCsv csv("/nonexistent-folder/m.csv"); }, {"cannot open", "folder"}},
       {"append to another format", [&] { MetricsCsv csv(other, true); }, {"header", "append = false"}},
@@ -119,5 +139,5 @@ TEST_CASE("MetricsCsv and read_metrics_csv errors", "[train][csv]") {
   });
   // The failed append left the other file alone.
   CHECK(slurp(other) == "a,b,c\n1,2,3\n");
-  for (const auto& p : {other, bad, short_row}) std::remove(p.c_str());
+  for (const auto& p : {other, bad, short_row, fifo, long_line}) std::remove(p.c_str());
 }
