@@ -568,6 +568,16 @@ inline ChildResult run_in_child(const std::function<void()>& f) {
   return r;
 }
 
+// f, killed by SIGALRM after `seconds`: a hang fails the case instead of
+// blocking the suite. Meant for run_in_child's child process, which the alarm
+// ends (in-process, in the CUDA suites, it would end the runner: a failure too).
+inline std::function<void()> within(unsigned seconds, std::function<void()> f) {
+  return [seconds, f = std::move(f)] {
+    ::alarm(seconds);
+    f();
+  };
+}
+
 // Each case, run through run_in_child (a child process; in-process in the
 // CUDA suites), must throw a halfgrad::Error (not crash,
 // not return) whose message contains each of `says`.

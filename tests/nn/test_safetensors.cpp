@@ -340,16 +340,7 @@ TEST_CASE("safetensors: CUDA tensors are saved from the host and loaded into CUD
   CHECK(hgtest::same_bits(b.linear1.weight, a.linear1.weight));
 }
 
-namespace {
-// f, killed by SIGALRM after `seconds` (a hang fails the case instead of the
-// suite); meant for run_in_child, whose child process the alarm ends.
-std::function<void()> within(unsigned seconds, std::function<void()> f) {
-  return [seconds, f = std::move(f)] {
-    ::alarm(seconds);
-    f();
-  };
-}
-}  // namespace
+using hgtest::within;
 
 TEST_CASE("safetensors: hostile headers (deep, long, many entries) are bounded in time, stack and message size",
           "[nn][safetensors][hostile]") {

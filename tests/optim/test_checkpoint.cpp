@@ -241,59 +241,77 @@ TEST_CASE("Checkpoint: the RNG is restored only when asked; parts left null are 
   });
 }
 
-TEST_CASE("Checkpoint: broken or foreign folders are Errors naming the file", "[optim][checkpoint]") {
+// One SGD step of the tutorial MLP saved to dir/c (seed 0), and copies of that
+// folder for a test to break: the set-up the hostile-file tests share.
+struct Saved {
   TempDir dir;
-  hg::manual_seed(0);
-  Run run(sgd);
-  run.step();
-  hg::optim::save_checkpoint(dir / "c", run.parts());
-  auto parts = run.parts();
-  const auto copy = [&](const std::string& name) {
+  Run run{(hg::manual_seed(0), sgd)};
+  hg::optim::CheckpointParts parts;
+  Saved() {
+    run.step();
+    hg::optim::save_checkpoint(dir / "c", run.parts());
+    parts = run.parts();
+  }
+  // A copy of the saved folder under `name`: its path.
+  std::string copy(const std::string& name) {
     fs::copy(dir.path / "c", dir.path / name, fs::copy_options::recursive);
     return dir / name;
-  };
-  const std::string no_marker = copy("no_marker");
+  }
+  // A copy whose trainer.json has its first `from` replaced by `to`.
+  std::string edited(const std::string& name, const std::string& from, const std::string& to) {
+    const std::string d = copy(name), path = d + "/trainer.json";
+    std::string t = hgtest::read_bytes(path);
+    const size_t at = t.find(from);
+    REQUIRE(at != std::string::npos);
+    hgtest::write_bytes(path, t.replace(at, from.size(), to));
+    return d;
+  }
+};
+
+TEST_CASE("Checkpoint: broken or foreign folders are Errors naming the file", "[optim][checkpoint]") {
+  Saved saved;
+  const std::string no_marker = saved.copy("no_marker");
   fs::remove(no_marker + "/trainer.json");
-  const std::string bad_json = copy("bad_json");
+  const std::string bad_json = saved.copy("bad_json");
   hgtest::write_bytes(bad_json + "/trainer.json", "{\"format\":");
-  const std::string other = copy("other");
+  const std::string other = saved.copy("other");
   hgtest::write_bytes(other + "/trainer.json", R"({"format":"something-else"})");
-  const std::string format_number = copy("format_number");
+  const std::string format_number = saved.copy("format_number");
   hgtest::write_bytes(format_number + "/trainer.json", R"({"format":3})");
-  const std::string array = copy("array");
+  const std::string array = saved.copy("array");
   hgtest::write_bytes(array + "/trainer.json", "[1]");
-  const std::string no_step = copy("no_step");
+  const std::string no_step = saved.copy("no_step");
   hgtest::write_bytes(no_step + "/trainer.json", R"({"format":"halfgrad-checkpoint","version":1,"epoch":0})");
-  const std::string version = copy("version");
+  const std::string version = saved.copy("version");
   {
     std::string t = hgtest::read_bytes(version + "/trainer.json");
     t.replace(t.find("\"version\": 1"), 12, "\"version\": 9");
     hgtest::write_bytes(version + "/trainer.json", t);
   }
-  const std::string opt_name = copy("opt_name");
+  const std::string opt_name = saved.copy("opt_name");
   hg::nn::save_safetensors(opt_name + "/optimizer.safetensors", {{"momentum", hg::ones({2})}}, {{"param_groups", "[]"}});
-  const std::string no_groups = copy("no_groups");
+  const std::string no_groups = saved.copy("no_groups");
   hg::nn::save_safetensors(no_groups + "/optimizer.safetensors", {});
-  const std::string truncated = copy("truncated");
+  const std::string truncated = saved.copy("truncated");
   {
     const std::string m = hgtest::read_bytes(truncated + "/model.safetensors");
     hgtest::write_bytes(truncated + "/model.safetensors", m.substr(0, m.size() - 3));
   }
-  const std::string other_model = copy("other_model");
+  const std::string other_model = saved.copy("other_model");
   hg::nn::save_safetensors(other_model + "/model.safetensors", {{"linear1.weight", hg::ones({3})}});
   hgtest::expect_errors({
-      {"no trainer.json", [&] { hg::optim::load_checkpoint(no_marker, parts); }, {"not a complete checkpoint", "no_marker/trainer.json"}},
-      {"missing folder", [&] { hg::optim::load_checkpoint(dir / "nope", parts); }, {"not a complete checkpoint"}},
-      {"bad JSON", [&] { hg::optim::load_checkpoint(bad_json, parts); }, {"bad_json/trainer.json", "not valid JSON"}},
-      {"foreign format", [&] { hg::optim::load_checkpoint(other, parts); }, {"not a halfgrad checkpoint"}},
-      {"format not a string", [&] { hg::optim::load_checkpoint(format_number, parts); }, {"not a halfgrad checkpoint"}},
-      {"not an object", [&] { hg::optim::load_checkpoint(array, parts); }, {"not a halfgrad checkpoint"}},
-      {"no step", [&] { hg::optim::load_checkpoint(no_step, parts); }, {"no \"step\""}},
-      {"newer version", [&] { hg::optim::load_checkpoint(version, parts); }, {"format version 9"}},
-      {"optimizer tensor name", [&] { hg::optim::load_checkpoint(opt_name, parts); }, {"\"momentum\" is not named state.<index>.<buffer>"}},
-      {"no param_groups", [&] { hg::optim::load_checkpoint(no_groups, parts); }, {"no \"param_groups\""}},
-      {"truncated model", [&] { hg::optim::load_checkpoint(truncated, parts); }, {"truncated/model.safetensors"}},
-      {"another model", [&] { hg::optim::load_checkpoint(other_model, parts); }, {"other_model", "model.safetensors"}},
+      {"no trainer.json", [&] { hg::optim::load_checkpoint(no_marker, saved.parts); }, {"not a complete checkpoint", "no_marker/trainer.json"}},
+      {"missing folder", [&] { hg::optim::load_checkpoint(saved.dir / "nope", saved.parts); }, {"not a complete checkpoint"}},
+      {"bad JSON", [&] { hg::optim::load_checkpoint(bad_json, saved.parts); }, {"bad_json/trainer.json", "not valid JSON"}},
+      {"foreign format", [&] { hg::optim::load_checkpoint(other, saved.parts); }, {"not a halfgrad checkpoint"}},
+      {"format not a string", [&] { hg::optim::load_checkpoint(format_number, saved.parts); }, {"not a halfgrad checkpoint"}},
+      {"not an object", [&] { hg::optim::load_checkpoint(array, saved.parts); }, {"not a halfgrad checkpoint"}},
+      {"no step", [&] { hg::optim::load_checkpoint(no_step, saved.parts); }, {"no \"step\""}},
+      {"newer version", [&] { hg::optim::load_checkpoint(version, saved.parts); }, {"format version 9"}},
+      {"optimizer tensor name", [&] { hg::optim::load_checkpoint(opt_name, saved.parts); }, {"\"momentum\" is not named state.<index>.<buffer>"}},
+      {"no param_groups", [&] { hg::optim::load_checkpoint(no_groups, saved.parts); }, {"no \"param_groups\""}},
+      {"truncated model", [&] { hg::optim::load_checkpoint(truncated, saved.parts); }, {"truncated/model.safetensors"}},
+      {"another model", [&] { hg::optim::load_checkpoint(other_model, saved.parts); }, {"other_model", "model.safetensors"}},
   });
 }
 
@@ -311,173 +329,119 @@ TEST_CASE("Checkpoint: the CUDA generators are saved and restored", "[optim][che
   CHECK(hgtest::same_bits(hg::randn({4}, hg::Device::cuda()), gpu));
 }
 
-namespace {
-// f, killed by SIGALRM after `seconds`: a hang fails the case (in
-// run_in_child's child process) instead of blocking the suite.
-std::function<void()> within(unsigned seconds, std::function<void()> f) {
-  return [seconds, f = std::move(f)] {
-    ::alarm(seconds);
-    f();
-  };
-}
-
-// The file at `path` with its first `from` replaced by `to`.
-void edit(const std::string& path, const std::string& from, const std::string& to) {
-  std::string t = hgtest::read_bytes(path);
-  const size_t at = t.find(from);
-  REQUIRE(at != std::string::npos);
-  t.replace(at, from.size(), to);
-  hgtest::write_bytes(path, t);
-}
-}  // namespace
+using hgtest::within;
 
 TEST_CASE("Checkpoint: hostile trainer.json and metadata are Errors in bounded time, stack and message size",
           "[optim][checkpoint][hostile]") {
-  TempDir dir;
-  hg::manual_seed(0);
-  Run run(sgd);
-  run.step();
-  hg::optim::save_checkpoint(dir / "c", run.parts());
-  auto parts = run.parts();
-  const auto copy = [&](const std::string& name) {
-    fs::copy(dir.path / "c", dir.path / name, fs::copy_options::recursive);
-    return dir / name;
-  };
+  Saved saved;
   constexpr size_t kDeep = 100'000;
-  const std::string deep_extra = copy("deep_extra");
-  edit(deep_extra + "/trainer.json", "\"extra\": {}",
-       "\"extra\": {\"x\": " + std::string(kDeep, '[') + std::string(kDeep, ']') + "}");
+  const std::string deep_extra = saved.edited(
+      "deep_extra", "\"extra\": {}", "\"extra\": {\"x\": " + std::string(kDeep, '[') + std::string(kDeep, ']') + "}");
   // 20k nested scheduler states (each a level of recursion in the reader before).
-  const std::string deep_scheduler = copy("deep_scheduler");
-  {
-    std::string chain;
-    for (int i = 0; i < 20'000; ++i) chain += R"({"scalars":{},"lists":{},"schedulers":[)";
-    for (int i = 0; i < 20'000; ++i) chain += "]}";
-    edit(deep_scheduler + "/trainer.json", "\"scheduler\": {", "\"scheduler\": {\"schedulers\": [" + chain + "], \"x\": {");
-  }
-  const std::string deep_groups = copy("deep_groups");
+  std::string chain;
+  for (int i = 0; i < 20'000; ++i) chain += R"({"scalars":{},"lists":{},"schedulers":[)";
+  for (int i = 0; i < 20'000; ++i) chain += "]}";
+  const std::string deep_scheduler = saved.edited("deep_scheduler", "\"scheduler\": {",
+                                                  "\"scheduler\": {\"schedulers\": [" + chain + "], \"x\": {");
+  const std::string deep_groups = saved.copy("deep_groups");
   hg::nn::save_safetensors(deep_groups + "/optimizer.safetensors", {},
                            {{"param_groups", std::string(kDeep, '[') + std::string(kDeep, ']')}, {"optimizer", "SGD"}});
   // A 10 MB invalid trainer.json: the message quotes a few hundred bytes.
-  const std::string long_bad = copy("long_bad");
-  edit(long_bad + "/trainer.json", "\"extra\": {}", "\"extra\": \"" + std::string(10'000'000, 'x') + "\\q\"");
-  const std::string twice = copy("twice");
-  edit(twice + "/trainer.json", "\"step\": 0", "\"step\": 0, \"step\": 5");
-  const std::string unknown = copy("unknown");
-  edit(unknown + "/trainer.json", "\"step\": 0", "\"step\": 0, \"bogus\": 1");
+  const std::string long_bad = saved.edited("long_bad", "\"extra\": {}", "\"extra\": \"" + std::string(10'000'000, 'x') + "\\q\"");
+  const std::string twice = saved.edited("twice", "\"step\": 0", "\"step\": 0, \"step\": 5");
+  const std::string unknown = saved.edited("unknown", "\"step\": 0", "\"step\": 0, \"bogus\": 1");
 
   hgtest::expect_errors({
-      {"extra 100k deep", within(30, [&] { hg::optim::load_checkpoint(deep_extra, parts); }),
+      {"extra 100k deep", within(30, [&] { hg::optim::load_checkpoint(deep_extra, saved.parts); }),
        {"deep_extra/trainer.json", "nests deeper than 64 levels"}},
-      {"20k nested schedulers", within(30, [&] { hg::optim::load_checkpoint(deep_scheduler, parts); }),
+      {"20k nested schedulers", within(30, [&] { hg::optim::load_checkpoint(deep_scheduler, saved.parts); }),
        {"deep_scheduler/trainer.json", "nests deeper than 64 levels"}},
-      {"param_groups 100k deep", within(30, [&] { hg::optim::load_checkpoint(deep_groups, parts); }),
+      {"param_groups 100k deep", within(30, [&] { hg::optim::load_checkpoint(deep_groups, saved.parts); }),
        {"deep_groups/optimizer.safetensors", "param_groups", "nests deeper than 64 levels"}},
-      {"invalid 10 MB trainer.json", within(30, [&] { hg::optim::load_checkpoint(long_bad, parts); }),
+      {"invalid 10 MB trainer.json", within(30, [&] { hg::optim::load_checkpoint(long_bad, saved.parts); }),
        {"long_bad/trainer.json", "not valid JSON", "bytes in all"}},
-      {"a key twice", [&] { hg::optim::load_checkpoint(twice, parts); }, {"twice/trainer.json", "the key \"step\" twice"}},
-      {"unknown field", [&] { hg::optim::load_checkpoint(unknown, parts); },
+      {"a key twice", [&] { hg::optim::load_checkpoint(twice, saved.parts); }, {"twice/trainer.json", "the key \"step\" twice"}},
+      {"unknown field", [&] { hg::optim::load_checkpoint(unknown, saved.parts); },
        {"unknown/trainer.json", "unknown field \"bogus\""}},
   });
-  const auto r = hgtest::run_in_child(within(30, [&] { hg::optim::load_checkpoint(long_bad, parts); }));
+  const auto r = hgtest::run_in_child(within(30, [&] { hg::optim::load_checkpoint(long_bad, saved.parts); }));
   CHECK(r.threw_error);
   CHECK(r.message.size() < 1000);
 }
 
 TEST_CASE("Checkpoint: numbers out of range, unknown scheduler fields, another scheduler's state, absent parts",
           "[optim][checkpoint][hostile]") {
-  TempDir dir;
-  hg::manual_seed(0);
-  Run run(sgd);
-  run.step();
-  hg::optim::save_checkpoint(dir / "c", run.parts());
-  auto parts = run.parts();
-  const auto copy = [&](const std::string& name) {
-    fs::copy(dir.path / "c", dir.path / name, fs::copy_options::recursive);
-    return dir / name;
-  };
-  const std::string step_2_63 = copy("step_2_63");
-  edit(step_2_63 + "/trainer.json", "\"step\": 0", "\"step\": 9223372036854775808");
-  const std::string step_negative = copy("step_negative");
-  edit(step_negative + "/trainer.json", "\"step\": 0", "\"step\": -1");
-  const std::string epoch_huge = copy("epoch_huge");
-  edit(epoch_huge + "/trainer.json", "\"epoch\": 0", "\"epoch\": 18446744073709551615");
-  const std::string scheduler_field = copy("scheduler_field");
-  edit(scheduler_field + "/trainer.json", "\"scheduler\": {", "\"scheduler\": {\"bogus\": 1, ");
-  const std::string scheduler_scalar = copy("scheduler_scalar");
-  edit(scheduler_scalar + "/trainer.json", "\"scalars\": {", "\"scalars\": {\"bogus\": 1, ");
+  Saved saved;
+  const std::string step_2_63 = saved.edited("step_2_63", "\"step\": 0", "\"step\": 9223372036854775808");
+  const std::string step_negative = saved.edited("step_negative", "\"step\": 0", "\"step\": -1");
+  const std::string epoch_huge = saved.edited("epoch_huge", "\"epoch\": 0", "\"epoch\": 18446744073709551615");
+  const std::string scheduler_field = saved.edited("scheduler_field", "\"scheduler\": {", "\"scheduler\": {\"bogus\": 1, ");
+  const std::string scheduler_scalar = saved.edited("scheduler_scalar", "\"scalars\": {", "\"scalars\": {\"bogus\": 1, ");
   // A checkpoint written before the scheduler's kind was saved: its keys still tell.
-  const std::string no_kind = copy("no_kind");
-  edit(no_kind + "/trainer.json", "\"kind\": \"StepLR\",", "");
+  const std::string no_kind = saved.edited("no_kind", "\"kind\": \"StepLR\",", "");
 
-  hg::optim::MultiStepLR multi(*run.optimizer, {2, 4}, 0.5);
-  auto with_multi = parts;
+  hg::optim::MultiStepLR multi(*saved.run.optimizer, {2, 4}, 0.5);
+  auto with_multi = saved.parts;
   with_multi.scheduler = &multi;
 
-  auto no_optimizer = run.parts();
+  auto no_optimizer = saved.run.parts();
   no_optimizer.optimizer = nullptr;
   no_optimizer.scheduler = nullptr;
   no_optimizer.scaler = nullptr;
   no_optimizer.model = nullptr;
-  hg::optim::save_checkpoint(dir / "bare", no_optimizer);
+  hg::optim::save_checkpoint(saved.dir / "bare", no_optimizer);
 
   hgtest::expect_errors({
-      {"step 2^63", [&] { hg::optim::load_checkpoint(step_2_63, parts); },
+      {"step 2^63", [&] { hg::optim::load_checkpoint(step_2_63, saved.parts); },
        {"step_2_63/trainer.json", "\"step\" must be an integer in [0, 2^63)", "9223372036854775808"}},
-      {"step -1", [&] { hg::optim::load_checkpoint(step_negative, parts); }, {"\"step\" must be an integer in [0, 2^63)"}},
-      {"epoch 2^64 - 1", [&] { hg::optim::load_checkpoint(epoch_huge, parts); },
+      {"step -1", [&] { hg::optim::load_checkpoint(step_negative, saved.parts); }, {"\"step\" must be an integer in [0, 2^63)"}},
+      {"epoch 2^64 - 1", [&] { hg::optim::load_checkpoint(epoch_huge, saved.parts); },
        {"\"epoch\" must be an integer in [0, 2^63)"}},
-      {"unknown scheduler field", [&] { hg::optim::load_checkpoint(scheduler_field, parts); },
+      {"unknown scheduler field", [&] { hg::optim::load_checkpoint(scheduler_field, saved.parts); },
        {"scheduler_field/trainer.json", "the scheduler state has an unknown field \"bogus\""}},
-      {"unknown scheduler scalar", [&] { hg::optim::load_checkpoint(scheduler_scalar, parts); },
+      {"unknown scheduler scalar", [&] { hg::optim::load_checkpoint(scheduler_scalar, saved.parts); },
        {"StepLR.load_state_dict", "unknown scalar \"bogus\""}},
-      {"StepLR's state into a MultiStepLR", [&] { hg::optim::load_checkpoint(dir / "c", with_multi); },
+      {"StepLR's state into a MultiStepLR", [&] { hg::optim::load_checkpoint(saved.dir / "c", with_multi); },
        {"c/trainer.json", "\"StepLR\" scheduler, which does not load into a MultiStepLR"}},
       {"StepLR's state, without its kind, into a MultiStepLR", [&] { hg::optim::load_checkpoint(no_kind, with_multi); },
        {"MultiStepLR.load_state_dict", "unknown scalar \"step_size\""}},
-      {"no model saved", [&] { hg::optim::load_checkpoint(dir / "bare", parts); },
+      {"no model saved", [&] { hg::optim::load_checkpoint(saved.dir / "bare", saved.parts); },
        {"bare", "this checkpoint has no model state"}},
       {"no optimizer saved (model not asked for)",
        [&] {
-         auto p = parts;
+         auto p = saved.parts;
          p.model = nullptr;
-         hg::optim::load_checkpoint(dir / "bare", p);
+         hg::optim::load_checkpoint(saved.dir / "bare", p);
        },
        {"bare", "this checkpoint has no optimizer state", "pass a null optimizer"}},
       {"no scheduler saved",
        [&] {
-         auto p = parts;
+         auto p = saved.parts;
          p.model = nullptr;
          p.optimizer = nullptr;
-         hg::optim::load_checkpoint(dir / "bare", p);
+         hg::optim::load_checkpoint(saved.dir / "bare", p);
        },
        {"this checkpoint has no scheduler state"}},
       {"negative step on save",
        [&] {
-         auto p = parts;
+         auto p = saved.parts;
          p.step = -3;
-         hg::optim::save_checkpoint(dir / "neg", p);
+         hg::optim::save_checkpoint(saved.dir / "neg", p);
        },
        {"epoch and step must be >= 0"}},
   });
   // Nothing above loaded by mistake: the valid checkpoint still loads.
-  hg::optim::load_checkpoint(dir / "c", parts);
+  hg::optim::load_checkpoint(saved.dir / "c", saved.parts);
 }
 
 TEST_CASE("Checkpoint: FIFOs in place of its files are refused, never waited on", "[optim][checkpoint][hostile]") {
-  TempDir dir;
-  hg::manual_seed(0);
-  Run run(sgd);
-  run.step();
-  hg::optim::save_checkpoint(dir / "c", run.parts());
-  auto parts = run.parts();
+  Saved saved;
   for (const char* name : {"model.safetensors", "optimizer.safetensors", "trainer.json"}) {
     INFO(name);
-    const std::string d = dir / (std::string("fifo_") + name);
-    fs::copy(dir.path / "c", d, fs::copy_options::recursive);
+    const std::string d = saved.copy(std::string("fifo_") + name);
     fs::remove(d + "/" + name);
     REQUIRE(::mkfifo((d + "/" + name).c_str(), 0600) == 0);
-    hgtest::expect_errors({{name, within(30, [&] { hg::optim::load_checkpoint(d, parts); }),
+    hgtest::expect_errors({{name, within(30, [&] { hg::optim::load_checkpoint(d, saved.parts); }),
                             {name, "is a FIFO (named pipe), not a regular file"}}});
   }
 }
