@@ -105,10 +105,23 @@ void AccumulateGrad::accumulate(TensorImpl& leaf_impl, const Tensor& grad_output
   // the one count allowed (it drops it after this call).
   const bool exclusive = g.impl_ptr().use_count() == 1 && g.storage() && g.storage().use_count() == 1 &&
                          g.is_contiguous();
-  if (!impl->grad) {
-    impl->grad = exclusive ? g.impl_ptr() : g.clone().impl_ptr();
-  } else {
-    impl->grad = add(Tensor(impl->grad), g).impl_ptr();
+  // `mutex` orders backward passes into this leaf; set_grad / zero_grad take
+  // only the leaf's grad_mutex, so the pointer is read and written under it
+  // (the add runs outside it: no op runs under a tensor's grad lock).
+  for (;;) {
+    std::shared_ptr<TensorImpl> current;
+    {
+      std::lock_guard<std::mutex> lock(impl->grad_mutex);
+      current = impl->grad;
+    }
+    std::shared_ptr<TensorImpl> next =
+        !current ? (exclusive ? g.impl_ptr() : g.clone().impl_ptr()) : add(Tensor(current), g).impl_ptr();
+    std::lock_guard<std::mutex> lock(impl->grad_mutex);
+    if (impl->grad == current) {
+      impl->grad = std::move(next);
+      return;
+    }
+    // a set_grad / zero_grad came in between: add into what it left instead
   }
 }
 

@@ -1,6 +1,8 @@
 #include <halfgrad/core/alias.h>
 #include <halfgrad/core/tensor.h>
 
+#include <utility>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -233,7 +235,14 @@ void Tensor::set_grad(const Tensor& g) const {
              "first with g.to({})",
              g.describe(), describe(), device().str());
   }
-  impl().grad = g.impl_;
+  std::shared_ptr<TensorImpl> old;  // released after the lock, not under it
+  std::lock_guard<std::mutex> lock(impl().grad_mutex);
+  old = std::exchange(impl().grad, g.impl_);
+}
+
+Tensor Tensor::grad() const {
+  std::lock_guard<std::mutex> lock(impl().grad_mutex);
+  return Tensor(impl().grad);
 }
 
 Tensor Tensor::detach() const { return alias_with(*this, shape(), strides(), offset()); }

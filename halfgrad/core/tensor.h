@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <iosfwd>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -96,7 +97,8 @@ struct TensorImpl {
   Device device;
   // autograd
   bool requires_grad = false;                     // for leaves; non-leaves require grad iff grad_fn is set
-  std::shared_ptr<TensorImpl> grad;               // leaf .grad
+  std::shared_ptr<TensorImpl> grad;               // leaf .grad: read and written under grad_mutex
+  std::mutex grad_mutex;  // set_grad, grad() and backward's accumulation may run in different threads
   std::shared_ptr<autograd::Node> grad_fn;        // the Node that produced this tensor (non-leaf)
   std::shared_ptr<autograd::Node> grad_accumulator;  // leaf: the node that writes .grad
 };
@@ -171,7 +173,7 @@ class Tensor {
   bool requires_grad() const;
   Tensor& requires_grad_(bool r = true);
   bool is_leaf() const { return impl().grad_fn == nullptr; }
-  Tensor grad() const { return Tensor(impl().grad); }
+  Tensor grad() const;  // a copy of the handle, taken under the leaf's grad lock
   // g (or undefined, to clear) must match this tensor's shape, dtype and
   // device, as PyTorch checks at `x.grad = g`.
   void set_grad(const Tensor& g) const;

@@ -225,13 +225,14 @@ void save_checkpoint(const std::string& dir, const CheckpointParts& parts) {
   fs::create_directories(parent, ec);
   HG_CHECK(!ec, "save_checkpoint: cannot create the folder '{}': {}", parent.string(), ec.message());
   // Temp folders of saves whose process was killed (".<name>.partial-<pid>-<n>",
-  // and ".old" ones moved aside) go first, as atomic_write_file's temp files do.
+  // ".old" ones moved aside, and CheckpointManager's ".ckpt-<step>.removing-<pid>-<n>"
+  // half-removed ones) go first, as atomic_write_file's temp files do.
   for (const auto& entry : fs::directory_iterator(parent, ec)) {
     std::string name = entry.path().filename().string();
     if (name.empty() || name[0] != '.' || !entry.is_directory(ec)) continue;
     if (name.size() > 4 && name.compare(name.size() - 4, 4, ".old") == 0) name.resize(name.size() - 4);
     std::error_code ec2;
-    if (writer_is_gone(name, ".partial-")) fs::remove_all(entry.path(), ec2);
+    if (writer_is_gone(name, ".partial-") || writer_is_gone(name, ".removing-")) fs::remove_all(entry.path(), ec2);
   }
   ec.clear();
   static std::atomic<uint64_t> counter{0};
@@ -439,7 +440,9 @@ std::string CheckpointManager::save(int64_t step, const CheckpointParts& parts) 
       // Renamed out of the ckpt-<step> names first, so a crash mid-removal
       // never leaves a partial folder that latest() would pick.
       std::error_code ec;
-      const fs::path doomed = fs::path(root_) / fmt::format(".ckpt-{}.removing-{}", all[i], ::getpid());
+      static std::atomic<uint64_t> removals{0};
+      const fs::path doomed =
+          fs::path(root_) / fmt::format(".ckpt-{}.removing-{}-{}", all[i], ::getpid(), removals++);
       fs::rename(path(all[i]), doomed, ec);
       if (!ec) fs::remove_all(doomed, ec);
     }

@@ -6,12 +6,17 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <stdexcept>
 #include <filesystem>
 #include <fstream>
 
 #include <halfgrad/data/data.h>
 
+#include "fuzz/mutate.h"
+#include "temp_dir.h"
 #include "test_util.h"
 
 namespace hg = halfgrad;
@@ -310,4 +315,39 @@ TEST_CASE("read_idx: a FIFO or a folder is refused before any read", "[data][idx
       {"FIFO", [&] { ::alarm(30); hg::data::read_idx(fifo); }, {"pipe.idx", "is a FIFO (named pipe), not a regular file"}},
       {"folder", [&] { hg::data::read_idx(dir.path.string()); }, {"is a folder, not a regular file"}},
   });
+}
+
+TEST_CASE("read_idx fuzz: mutated plain and gzip files give a tensor or an Error, each within a second",
+          "[data][idx][fuzz]") {
+  // tests/fuzz/mutate.h: HALFGRAD_FUZZ_SECONDS=N runs N seconds instead of 600 inputs.
+  TempDir dir;
+  const Bytes plain = idx({3, 5, 7}, pattern(105));
+  const Bytes seeds[] = {plain, gzip(plain), idx({40}, pattern(40))};
+  const std::string progress = dir.file("progress");
+  const auto r = hgtest::run_in_child([&] {
+    hgfuzz::Mutator mutate(hgfuzz::seed());
+    double slowest = 0;
+    const int64_t ran = hgfuzz::loop(600, [&](int64_t i) {
+      const Bytes& seed = seeds[i % std::size(seeds)];
+      const std::string in = mutate(std::string(seed.begin(), seed.end()));
+      const std::string path = dir.file("in");
+      hgtest::write_bytes(path, in);
+      hgtest::write_bytes(progress, fmt::format("input {} ({} bytes, seed {})", i, in.size(), hgfuzz::seed()));
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        const Tensor t = hg::data::read_idx(path, hg::float32, 1 << 20);
+        // What it read is what the header says, and nothing beyond what the file holds.
+        if (t.numel() > (1 << 20) || (t.numel() > 0 && hgtest::values(t.max())[0] > 255))
+          throw std::logic_error(fmt::format("input {}: {} read from a {}-byte file", i, t.describe(), in.size()));
+      } catch (const hg::Error& e) {
+        if (std::string_view(e.what()).size() > 2000)
+          throw std::logic_error(fmt::format("input {}: an Error message of {} bytes", i, std::strlen(e.what())));
+      }
+      slowest = std::max(slowest, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    });
+    if (slowest > 1.0) throw std::logic_error(fmt::format("the slowest of {} inputs took {:.2f} s", ran, slowest));
+    fmt::print("read_idx fuzz: {} inputs, slowest {:.4f} s\n", ran, slowest);
+  });
+  INFO(r.describe() << " at " << hgtest::read_bytes(progress));
+  CHECK(r.returned);
 }

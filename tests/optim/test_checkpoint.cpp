@@ -446,7 +446,7 @@ TEST_CASE("Checkpoint: FIFOs in place of its files are refused, never waited on"
   }
 }
 
-TEST_CASE("Checkpoint: temp folders of killed saves are removed by the next save in the folder",
+TEST_CASE("Checkpoint: temp folders of killed saves and prunings are removed by the next save in the folder",
           "[optim][checkpoint]") {
   TempDir dir;
   hg::manual_seed(0);
@@ -461,8 +461,9 @@ TEST_CASE("Checkpoint: temp folders of killed saves are removed by the next save
   }();
   const fs::path stale = dir.path / fmt::format(".ckpt-3.partial-{}-0", gone);
   const fs::path stale_old = dir.path / fmt::format(".ckpt-1.partial-{}-2.old", gone);
+  const fs::path stale_removing = dir.path / fmt::format(".ckpt-2.removing-{}-0", gone);  // a pruning killed midway
   const fs::path live = dir.path / fmt::format(".ckpt-4.partial-{}-0", ::getppid());
-  for (const auto& p : {stale, stale_old, live}) {
+  for (const auto& p : {stale, stale_old, stale_removing, live}) {
     fs::create_directory(p);
     hgtest::write_bytes((p / "model.safetensors").string(), "partial");
   }
@@ -470,6 +471,7 @@ TEST_CASE("Checkpoint: temp folders of killed saves are removed by the next save
   manager.save(5, run.parts());
   CHECK(!fs::exists(stale));
   CHECK(!fs::exists(stale_old));
+  CHECK(!fs::exists(stale_removing));
   CHECK(fs::exists(live));
   CHECK(manager.steps() == std::vector<int64_t>{5});
 }
