@@ -119,7 +119,7 @@ std::vector<MetricsRow> read_metrics(const std::string& path, const std::string&
   std::getline(in, line);
   if (!line.empty() && line.back() == '\r') line.pop_back();
   if (line != "kind,step,epoch,loss,lr,loss_scale,skipped,samples_per_s,test_loss,accuracy,seconds")
-    bad(path, "does not start with the metrics header (halfgrad/train/metrics_csv.h)");
+    bad(path, "does not start with the metrics header (train/metrics_csv.h)");
   std::vector<MetricsRow> rows;
   for (int n = 2; std::getline(in, line); ++n) {
     if (!line.empty() && line.back() == '\r') line.pop_back();

@@ -6,8 +6,8 @@
 //
 // PENDING: this file sits in tests/nn/pending/ so that the tests/nn/*.cpp glob
 // does not build it before nn::Conv2d, nn::BatchNorm2d and nn::AdaptiveAvgPool2d
-// land; the lead moves it to tests/nn/ (and adds halfgrad/nn/models/mobilenet_v3.cpp
-// to halfgrad/CMakeLists.txt, the header to the FILE_SET).
+// land; the lead moves it to tests/nn/ (and adds nn/models/mobilenet_v3.cpp
+// to cmake/library.cmake, the header to the FILE_SET).
 #include <catch2/catch.hpp>
 
 #include <halfgrad.h>

@@ -1,5 +1,5 @@
 #pragma once
-// halfgrad/distributed: data parallelism on the engines the field runs on.
+// distributed: data parallelism on the engines the field runs on.
 // The process group: every rank of an `mpirun -np N` job, talking MPI for CPU
 // tensors and NCCL for CUDA tensors (NCCL's unique id travels over MPI), as
 // torch.distributed's process group with backend "mpi" and "nccl".

@@ -1,5 +1,5 @@
 #pragma once
-// halfgrad/train/: the instruments of a training loop, small pieces any loop
+// train/: the instruments of a training loop, small pieces any loop
 // can use on its own: a tqdm-like progress bar (progress.h), the metrics CSV
 // (metrics_csv.h; scripts/plot-metrics draws it), a loss monitor that finds
 // non-finite losses without a host sync per step (loss_monitor.h), a warning

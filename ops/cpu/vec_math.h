@@ -12,7 +12,7 @@
 // The selects below are float compares, which GCC turns into vector blends
 // only under -fno-trapping-math (a compare may raise an FP exception, and we
 // never read those): files whose loops call this are compiled with it
-// (halfgrad/CMakeLists.txt); elsewhere it is correct, only scalar.
+// (cmake/library.cmake); elsewhere it is correct, only scalar.
 #include <bit>
 #include <cstdint>
 

@@ -1,7 +1,13 @@
-# The library: one folder per layer (core <- ops/autograd/amp <- nn <- optim),
-# device code (*/cuda/) next to the host code it serves. Included as
-# <halfgrad/core/tensor.h> inside and outside the library, so a user's own
-# core/tensor.h can never shadow ours.
+# The library (included by the top-level CMakeLists.txt): one top-level folder
+# per layer of an op call (core <- ops <- autograd <- amp <- nn, train <- optim
+# <- data, distributed), device code (*/cuda/) next to the host code it serves.
+# Included as <halfgrad/core/tensor.h> inside and outside the library, so a
+# user's own core/tensor.h can never shadow ours: in the build tree through
+# ${HALFGRAD_INCLUDE_ROOT}/halfgrad, a link to the source root; installed, from
+# include/halfgrad/.
+set(HALFGRAD_INCLUDE_ROOT ${PROJECT_BINARY_DIR}/include-root)
+file(MAKE_DIRECTORY ${HALFGRAD_INCLUDE_ROOT})
+file(CREATE_LINK ${PROJECT_SOURCE_DIR} ${HALFGRAD_INCLUDE_ROOT}/halfgrad SYMBOLIC)
 add_library(halfgrad SHARED
   core/allocator.cpp core/host_cache.cpp core/atomic_file.cpp core/device.cpp core/file_input.cpp core/json_input.cpp core/pinned.cpp
   core/random.cpp core/tensor.cpp
@@ -30,11 +36,10 @@ add_library(halfgrad::halfgrad ALIAS halfgrad)
 set_source_files_properties(ops/cpu/softmax.cpp ops/cpu/elementwise.cpp PROPERTIES COMPILE_OPTIONS -fno-trapping-math)
 
 # The public headers: what <halfgrad.h> reaches, and all that `cmake --install`
-# copies. The backend interface (ops/kernels.h: no argument checks), the
-# dispatcher, autograd nodes, raw views (core/alias.h) and the CPU/CUDA kernel
-# headers stay inside the library.
-target_sources(halfgrad PUBLIC
-  FILE_SET HEADERS BASE_DIRS ${PROJECT_SOURCE_DIR} FILES
+# copies (to include/halfgrad/<folder>/, the umbrella to include/). The backend
+# interface (ops/kernels.h: no argument checks), the dispatcher, autograd
+# nodes, raw views (core/alias.h) and the CPU/CUDA kernel headers stay inside.
+set(HALFGRAD_PUBLIC_HEADERS
     core/allocator.h core/host_cache.h core/atomic_file.h core/device.h core/dtype.h core/error.h core/format.h core/half.h core/macros.h
     core/indexing.h core/pinned.h core/random.h core/shape.h core/tensor.h
     autograd/grad_mode.h autograd/gradcheck.h autograd/hooks.h
@@ -46,9 +51,10 @@ target_sources(halfgrad PUBLIC
     nn/safetensors.h nn/sequential.h nn/state_dict.h nn/utils.h
     optim/adam.h optim/checkpoint.h optim/lr_scheduler.h optim/optim.h optim/optimizer.h optim/sgd.h
     data/data.h data/dataset.h data/idx.h data/loader.h data/sampler.h data/transforms.h
-    train/loss_monitor.h train/memory.h train/metrics_csv.h train/overflow_warning.h train/progress.h train/train.h
-  FILE_SET umbrella TYPE HEADERS BASE_DIRS ${PROJECT_SOURCE_DIR}/include FILES
-    ${PROJECT_SOURCE_DIR}/include/halfgrad.h)
+    train/loss_monitor.h train/memory.h train/metrics_csv.h train/overflow_warning.h train/progress.h train/train.h)
+target_sources(halfgrad PRIVATE ${HALFGRAD_PUBLIC_HEADERS})
+target_include_directories(halfgrad PUBLIC $<BUILD_INTERFACE:${HALFGRAD_INCLUDE_ROOT}>
+                                           $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>)
 
 # Private dependencies (no public header includes them, so an installed
 # halfgrad's users do not need them): nlohmann-json (header only) parses
@@ -136,8 +142,7 @@ if(MPI_CXX_FOUND)
     distributed/ddp.cpp)
   add_library(halfgrad::distributed ALIAS halfgrad_distributed)
   target_link_libraries(halfgrad_distributed PUBLIC halfgrad MPI::MPI_CXX PRIVATE fmt::fmt)
-  target_sources(halfgrad_distributed PUBLIC FILE_SET HEADERS BASE_DIRS ${PROJECT_SOURCE_DIR} FILES
-    distributed/ddp.h distributed/process_group.h distributed/sampler.h)
+  target_sources(halfgrad_distributed PRIVATE distributed/ddp.h distributed/process_group.h distributed/sampler.h)
   target_compile_options(halfgrad_distributed PRIVATE -Wall -Wextra -Werror=switch)
   set(nccl_found OFF)
   if(HALFGRAD_WITH_CUDA)

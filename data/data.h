@@ -1,5 +1,5 @@
 #pragma once
-// halfgrad/data: data sets, the DataLoader, the IDX reader (Fashion-MNIST)
+// data: data sets, the DataLoader, the IDX reader (Fashion-MNIST)
 // and batch transforms. Depends on core and ops only.
 #include <halfgrad/data/dataset.h>
 #include <halfgrad/data/idx.h>
