@@ -1,5 +1,6 @@
 // amp::DetectNonFinite (amp/anomaly.h): a thread-local guard, and the check
-// the dispatcher and the autograd engine call after each op.
+// it registers as the dispatcher's NonFiniteWatch layer: after each op's
+// forward and each backward formula (dispatch/layers.h).
 #include <halfgrad/amp/anomaly.h>
 
 #include <fmt/format.h>
@@ -17,7 +18,6 @@ namespace halfgrad::amp {
 
 namespace {
 thread_local DetectNonFinite* t_detect = nullptr;
-thread_local bool t_checking = false;  // the check's own ops are not checked
 
 // How the output's dtype was chosen, from the row autocast applied.
 std::string policy_text(const std::string& row, const Tensor& out) {
@@ -41,10 +41,9 @@ std::string DetectNonFinite::describe() const {
                      f.inputs.empty() ? std::string("none") : fmt::format("{}", fmt::join(f.inputs, ", ")));
 }
 
-bool detect_non_finite_active() { return t_detect != nullptr && !t_checking && !t_detect->first(); }
-
-SuppressNonFiniteChecks::SuppressNonFiniteChecks() : prev_(t_checking) { t_checking = true; }
-SuppressNonFiniteChecks::~SuppressNonFiniteChecks() { t_checking = prev_; }
+bool detect_non_finite_active() {
+  return t_detect != nullptr && !dispatch::excluded(dispatch::Layer::NonFiniteWatch) && !t_detect->first();
+}
 
 std::string policy_row_now(OpId op, const std::vector<Tensor>& inputs) {
   const Tensor* first = nullptr;
@@ -82,5 +81,26 @@ void detail_check_non_finite(const char* phase, const std::string& op, const std
     return;
   }
 }
+
+namespace {
+// The layer: the row is read before autocast casts the inputs; the op's own
+// inner ops (a forward written with other ops, a composite's body, a backward
+// formula) run with the layer excluded, so only its output is checked.
+[[maybe_unused]] const bool registered = [] {
+  dispatch::register_layer(
+      dispatch::Layer::NonFiniteWatch,
+      {.active = [] { return t_detect != nullptr && !t_detect->first(); },
+       .before = [](OpId op, std::vector<Tensor>& inputs, std::string& row) { row = policy_row_now(op, inputs); },
+       .after =
+           [](OpId op, const std::vector<Tensor>& inputs, const Tensor& out, const std::string& row) {
+             detail_check_non_finite("forward", std::string(op_name(op)), row, inputs, {out});
+           },
+       .after_backward =
+           [](const std::string& node, const Tensor& grad_output, const std::vector<Tensor>& grads) {
+             detail_check_non_finite("backward", node, "backward", {grad_output}, grads);
+           }});
+  return true;
+}();
+}  // namespace
 
 }  // namespace halfgrad::amp

@@ -1,12 +1,14 @@
 #pragma once
-// The hooks of amp::DetectNonFinite (amp/anomaly.h) in the dispatcher (each
-// op's forward output) and the autograd engine (each backward formula's
-// gradients). Internal (not installed): cheap no-ops without a guard.
+// amp::DetectNonFinite (amp/anomaly.h) as the dispatcher's NonFiniteWatch
+// layer (dispatch/layers.h: each op's forward output, each backward formula's
+// gradients), and its switches for amp's own code. Internal (not installed):
+// cheap no-ops without a guard.
 #include <string>
 #include <vector>
 
 #include <halfgrad/amp/anomaly.h>
-#include <halfgrad/ops/op_id.h>
+#include <halfgrad/dispatch/layers.h>
+#include <halfgrad/dispatch/op_id.h>
 
 namespace halfgrad::amp {
 
@@ -23,18 +25,16 @@ std::string policy_row_now(OpId op, const std::vector<Tensor>& inputs);
 void detail_check_non_finite(const char* phase, const std::string& op, const std::string& policy_row,
                              const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs);
 
-// While alive, no op is checked: the engine holds one around a backward
-// formula, whose own ops (a div inside sqrt's backward) are not the user's;
-// it checks the formula's gradients after it.
+// While alive, no op is checked (the layer excluded): for code whose ops are
+// not the user's (the monitor's statistics, moving gradients between ranks).
 class SuppressNonFiniteChecks {
  public:
-  SuppressNonFiniteChecks();
-  ~SuppressNonFiniteChecks();
+  SuppressNonFiniteChecks() = default;
   SuppressNonFiniteChecks(const SuppressNonFiniteChecks&) = delete;
   SuppressNonFiniteChecks& operator=(const SuppressNonFiniteChecks&) = delete;
 
  private:
-  bool prev_;
+  dispatch::ExcludeGuard guard_{dispatch::Layer::NonFiniteWatch};
 };
 
 }  // namespace halfgrad::amp

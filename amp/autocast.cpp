@@ -9,6 +9,7 @@
 
 #include <halfgrad/amp/op_policy.h>
 #include <halfgrad/core/error.h>
+#include <halfgrad/dispatch/layers.h>
 
 namespace halfgrad::amp {
 
@@ -32,7 +33,7 @@ struct State {
   DeviceState cuda{false, DType::Float16};
   bool cache_enabled = true;
   std::vector<autocast*> guards;  // open autocast regions (enabled or not), outermost first
-  int inner_ops = 0;  // >0 while inside an op's forward or a backward pass
+  int inner_ops = 0;  // >0 while autocast casts the inputs (the casts are not traced)
   std::map<std::pair<const TensorImpl*, DType>, CacheEntry> cache;
 };
 thread_local State g;
@@ -156,12 +157,18 @@ autocast::~autocast() {
   if (guards.empty()) g.cache.clear();  // the cache lives as long as the outermost region
 }
 
-bool is_autocast_enabled(DeviceType type) { return device_state(type).enabled; }
+bool is_autocast_enabled(DeviceType type) {
+  return device_state(type).enabled && !dispatch::excluded(dispatch::Layer::Autocast);
+}
 DType autocast_dtype(DeviceType type) { return device_state(type).dtype; }
 bool is_autocast_cache_enabled() { return g.cache_enabled; }
 size_t cast_cache_size() { return g.cache.size(); }
 
-void autocast_inputs(OpId op, std::vector<Tensor>& inputs) {
+namespace {
+// The dispatcher's autocast layer (dispatch/layers.h): cast `inputs` in place
+// by the op's policy row (one lock-free lookup by OpId). Runs only while a
+// region is enabled on this thread and the layer is not excluded.
+void autocast_inputs(OpId op, std::vector<Tensor>& inputs, std::string& /*note*/) {
   const bool tracing = (g_trace || env_trace()) && g.inner_ops == 0;
   if (!g.cpu.enabled && !g.cuda.enabled && !tracing) return;  // the common case: one branch
 
@@ -233,16 +240,15 @@ void autocast_inputs(OpId op, std::vector<Tensor>& inputs) {
   }
 }
 
-AutocastOff::AutocastOff() : prev_cpu_(g.cpu.enabled), prev_cuda_(g.cuda.enabled) {
-  g.cpu.enabled = false;
-  g.cuda.enabled = false;
-  ++g.inner_ops;
-}
-AutocastOff::~AutocastOff() {
-  g.cpu.enabled = prev_cpu_;
-  g.cuda.enabled = prev_cuda_;
-  --g.inner_ops;
-}
+[[maybe_unused]] const bool registered = [] {
+  dispatch::register_layer(dispatch::Layer::Autocast,
+                           {.active = [] { return g.cpu.enabled || g.cuda.enabled; }, .before = &autocast_inputs});
+  return true;
+}();
+}  // namespace
+
+AutocastOff::AutocastOff() : prev_(dispatch::exclude(dispatch::bit(dispatch::Layer::Autocast))) {}
+AutocastOff::~AutocastOff() { dispatch::restore_excluded(prev_); }
 
 trace::trace() : prev_(g_trace) { g_trace = true; }
 trace::~trace() { g_trace = prev_; }

@@ -7,8 +7,8 @@
 //     auto loss = criterion(out, y);                   // cross_entropy runs in float32
 //   }
 //
-// The state is per thread. `amp::autocast_inputs` is the dispatcher's autocast
-// step: the one place where inputs are cast, driven by the policy table
+// The state is per thread. autocast.cpp registers the dispatcher's autocast
+// layer (dispatch/layers.h): the one place where inputs are cast, driven by the policy table
 // (amp/policy.h). Casts are ordinary autograd-visible `to` ops, so the
 // backward of a float16 cast of a float32 weight delivers a float32 gradient.
 #include <cstdint>
@@ -21,10 +21,6 @@
 
 #include <halfgrad/amp/policy.h>
 #include <halfgrad/core/tensor.h>
-
-namespace halfgrad {
-enum class OpId : std::uint16_t;  // the dispatcher's op identity (ops/op_id.h, internal)
-}
 
 namespace halfgrad::amp {
 
@@ -102,14 +98,11 @@ auto autocast_forward(DeviceType device_type, Fn&& fn) {
   return std::forward<Fn>(fn)();
 }
 
-// The dispatcher's autocast step: cast `inputs` in place by the op's policy
-// row (one lock-free lookup by OpId). A no-op when autocast is off for the
-// inputs' device type.
-void autocast_inputs(OpId op, std::vector<Tensor>& inputs);
 
-// Turns autocast off on this thread for its lifetime: the dispatcher wraps an
-// op's inner call in it (composite ops are not cast twice), and so does the
-// backward engine (backward ops run in their forward dtypes).
+// Turns autocast off on this thread for its lifetime (the dispatcher's
+// autocast layer excluded, as inside an op's forward and the backward pass;
+// is_autocast_enabled says false meanwhile). For code of amp's own whose ops
+// are not the user's (the monitor's statistics).
 class AutocastOff {
  public:
   AutocastOff();
@@ -118,7 +111,7 @@ class AutocastOff {
   AutocastOff& operator=(const AutocastOff&) = delete;
 
  private:
-  bool prev_cpu_, prev_cuda_;
+  unsigned char prev_;  // the excluded layers before (dispatch/layers.h)
 };
 
 // Trace mode (teaching): inside a trace guard, or with HALFGRAD_AMP_TRACE=1 in

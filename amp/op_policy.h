@@ -9,7 +9,7 @@
 #include <string_view>
 
 #include <halfgrad/amp/policy.h>
-#include <halfgrad/ops/op_id.h>
+#include <halfgrad/dispatch/op_id.h>
 
 namespace halfgrad::amp {
 

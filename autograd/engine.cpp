@@ -4,82 +4,13 @@
 #include <mutex>
 #include <unordered_map>
 
-#include <halfgrad/autograd/grad_mode.h>
-#include <halfgrad/autograd/node.h>
+#include <halfgrad/autograd/engine.h>
 #include <halfgrad/autograd/hooks.h>
-#include <halfgrad/amp/anomaly_hooks.h>
-#include <halfgrad/amp/autocast.h>
+#include <halfgrad/dispatch/grad_mode.h>
+#include <halfgrad/dispatch/layers.h>
 #include <halfgrad/ops/ops.h>
 
 namespace halfgrad::autograd {
-
-namespace {
-thread_local bool g_grad_enabled = true;
-}
-bool grad_enabled() { return g_grad_enabled; }
-void set_grad_enabled(bool enabled) { g_grad_enabled = enabled; }
-
-const Tensor& SavedTensor::get(const std::string& op) const {
-  HG_CHECK(!released_,
-           "{} backward: trying to backward through the graph a second time (or to use saved tensors after "
-           "they were freed). Pass retain_graph=true to the first backward() if you need to run it twice.",
-           op);
-  if (!tensor_.defined()) return tensor_;
-  HG_CHECK(tensor_.version() == version_,
-           "{} backward: one of the tensors needed for gradient computation ({}) has been modified by an "
-           "in-place operation: it is at version {}, expected version {}. Use an out-of-place op, or clone() "
-           "the tensor before changing it.",
-           op, tensor_.describe(), tensor_.version(), version_);
-  return tensor_;
-}
-
-const Tensor& Saved::input(size_t i) const {
-  HG_CHECK(i < inputs.size(), "{} backward: input {} was not saved (internal error)", op, i);
-  return inputs[i].get(op);
-}
-
-Tensor Saved::take_input(size_t i) {
-  Tensor t = input(i);  // checks what input() checks
-  if (!retained) inputs[i].reset();
-  return t;
-}
-
-const Tensor& Saved::extra(size_t i) const {
-  HG_CHECK(i < extras.size(), "{} backward: its forward kept {} tensors, asked for number {} (internal error)", op,
-           extras.size(), i);
-  return extras[i].get(op);
-}
-
-Node::~Node() {
-  std::vector<std::shared_ptr<Node>> doomed;
-  auto take_edges = [&doomed](Node& n) {
-    for (auto& e : n.next)
-      if (e && e.use_count() == 1) doomed.push_back(std::move(e));  // last owner: free it here, later
-  };
-  take_edges(*this);
-  while (!doomed.empty()) {
-    std::shared_ptr<Node> n = std::move(doomed.back());
-    doomed.pop_back();
-    take_edges(*n);  // its edges come to us, so its own destructor finds none to free
-  }
-}
-
-Grads FunctionNode::apply(const Tensor& grad_output, bool retain_graph) {
-  HG_CHECK(!released,
-           "{} backward: trying to backward through the graph a second time (or to use saved tensors after "
-           "they were freed). Pass retain_graph=true to the first backward() if you need to run it twice.",
-           name);
-  saved.retained = retain_graph;
-  return backward(saved, grad_output);
-}
-
-void FunctionNode::release() {
-  for (auto& s : saved.inputs) s.reset();
-  for (auto& s : saved.extras) s.reset();
-  saved.out.reset();
-  backward = nullptr;  // also frees anything the formula captured
-  released = true;
-}
 
 Grads AccumulateGrad::apply(const Tensor& grad_output, bool) {
   auto impl = leaf.lock();
@@ -233,7 +164,7 @@ void run_graph(const Tensor& root, const Tensor& grad, bool retain_graph) {
   // Pass 2: run. Backward formulas record nothing and are never autocast:
   // each runs in the dtypes its forward ran in.
   NoGradGuard no_grad;
-  amp::AutocastOff no_autocast;
+  dispatch::ExcludeGuard no_autocast(dispatch::Layer::Autocast);
   slots[root_node.get()].pending = grad;
   std::vector<std::shared_ptr<Node>> ready{root_node};
   while (!ready.empty()) {
@@ -241,9 +172,9 @@ void run_graph(const Tensor& root, const Tensor& grad, bool retain_graph) {
     ready.pop_back();
     Tensor g = std::move(slots[node.get()].pending);  // the slot stays: its deps are 0 now
     Grads grads;
-    if (amp::detect_non_finite_active()) {
+    if (dispatch::watching_backward()) {  // amp::DetectNonFinite
       {
-        amp::SuppressNonFiniteChecks formula;  // its inner ops are not the user's
+        dispatch::ExcludeGuard formula(dispatch::kAllLayers);  // its inner ops are not the user's
         grads = node->apply(g, retain_graph);
       }
       // only the gradients backward passes on: a formula may also compute one
@@ -251,7 +182,7 @@ void run_graph(const Tensor& root, const Tensor& grad, bool retain_graph) {
       Grads used(grads.size());
       for (size_t i = 0; i < grads.size() && i < node->next.size(); ++i)
         if (node->next[i]) used[i] = grads[i];
-      amp::detail_check_non_finite("backward", node->name, "backward", {g}, used);
+      dispatch::after_backward(node->name, g, used);
     } else {
       grads = node->apply(g, retain_graph);
     }

@@ -1,6 +1,6 @@
 # The library (included by the top-level CMakeLists.txt): one top-level folder
-# per layer of an op call (core <- ops <- autograd <- amp <- nn, train <- optim
-# <- data, distributed), device code (*/cuda/) next to the host code it serves.
+# per layer of an op call (core <- dispatch <- ops <- autograd <- amp <- nn,
+# train, data <- optim, distributed; tests/layers/check_includes.cmake), device code (*/cuda/) next to the host code it serves.
 # Included as <halfgrad/core/tensor.h> inside and outside the library, so a
 # user's own core/tensor.h can never shadow ours: in the build tree through
 # ${HALFGRAD_INCLUDE_ROOT}/halfgrad, a link to the source root; installed, from
@@ -10,11 +10,12 @@ file(MAKE_DIRECTORY ${HALFGRAD_INCLUDE_ROOT})
 file(CREATE_LINK ${PROJECT_SOURCE_DIR} ${HALFGRAD_INCLUDE_ROOT}/halfgrad SYMBOLIC)
 add_library(halfgrad SHARED
   core/allocator.cpp core/host_cache.cpp core/atomic_file.cpp core/device.cpp core/file_input.cpp core/json_input.cpp core/pinned.cpp
-  core/random.cpp core/tensor.cpp
-  autograd/engine.cpp
+  core/random.cpp core/tensor.cpp core/layout.cpp
+  dispatch/dispatch.cpp dispatch/layers.cpp dispatch/node.cpp dispatch/grad_mode.cpp
+  autograd/engine.cpp autograd/record.cpp
   amp/autocast.cpp amp/policy.cpp amp/scaler_kernels.cpp amp/grad_scaler.cpp amp/grad_norm.cpp amp/numerics.cpp amp/monitor.cpp
   amp/anomaly.cpp
-  ops/dispatch.cpp ops/util.cpp ops/kernels.cpp ops/factory.cpp ops/shape.cpp ops/elementwise.cpp
+  ops/util.cpp ops/kernels.cpp ops/factory.cpp ops/shape.cpp ops/elementwise.cpp
   ops/reduce.cpp ops/norms.cpp ops/logical.cpp ops/linalg.cpp ops/linear_chain.cpp ops/loss.cpp ops/print.cpp
   ops/matmul_precision.cpp ops/tensor_methods.cpp ops/sort.cpp ops/indexing.cpp ops/norm_pool.cpp
   ops/cpu/elementwise.cpp ops/cpu/reduce.cpp ops/cpu/softmax.cpp ops/cpu/random.cpp ops/cpu/matmul.cpp
@@ -37,11 +38,12 @@ set_source_files_properties(ops/cpu/softmax.cpp ops/cpu/elementwise.cpp PROPERTI
 
 # The public headers: what <halfgrad.h> reaches, and all that `cmake --install`
 # copies (to include/halfgrad/<folder>/, the umbrella to include/). The backend
-# interface (ops/kernels.h: no argument checks), the dispatcher, autograd
-# nodes, raw views (core/alias.h) and the CPU/CUDA kernel headers stay inside.
+# interface (ops/kernels.h: no argument checks), the dispatcher and its nodes
+# (dispatch/, but for grad mode), raw views (core/alias.h) and the CPU/CUDA kernel headers stay inside.
 set(HALFGRAD_PUBLIC_HEADERS
     core/allocator.h core/host_cache.h core/atomic_file.h core/device.h core/dtype.h core/error.h core/format.h core/half.h core/macros.h
     core/indexing.h core/pinned.h core/random.h core/shape.h core/tensor.h
+    dispatch/grad_mode.h
     autograd/grad_mode.h autograd/gradcheck.h autograd/hooks.h
     amp/anomaly.h amp/autocast.h amp/grad_scaler.h amp/monitor.h amp/policy.h amp/numerics.h
     ops/activation.h ops/size_arg.h ops/indexing_ops.h ops/loss_options.h ops/operators.h ops/ops.h ops/sort_ops.h

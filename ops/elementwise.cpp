@@ -5,7 +5,7 @@
 // input's shape where the input was broadcast.
 #include <cmath>
 
-#include <halfgrad/ops/dispatch.h>
+#include <halfgrad/dispatch/dispatch.h>
 #include <halfgrad/ops/kernels.h>
 #include <halfgrad/ops/ops.h>
 #include <halfgrad/ops/util.h>

@@ -9,9 +9,9 @@
 #include <cmath>
 #include <vector>
 
-#include <halfgrad/autograd/grad_mode.h>
+#include <halfgrad/dispatch/grad_mode.h>
 #include <halfgrad/core/alias.h>
-#include <halfgrad/ops/dispatch.h>
+#include <halfgrad/dispatch/dispatch.h>
 #include <halfgrad/ops/kernels.h>
 #include <halfgrad/ops/ops.h>
 #include <halfgrad/ops/util.h>

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <limits>
 
-#include <halfgrad/ops/dispatch.h>
+#include <halfgrad/dispatch/dispatch.h>
 #include <halfgrad/ops/ops.h>
 #include <halfgrad/ops/util.h>
 

@@ -9,8 +9,8 @@
 #include <limits>
 #include <memory>
 
-#include <halfgrad/autograd/grad_mode.h>
-#include <halfgrad/ops/dispatch.h>
+#include <halfgrad/dispatch/grad_mode.h>
+#include <halfgrad/dispatch/dispatch.h>
 #include <halfgrad/ops/kernels.h>
 #include <halfgrad/ops/ops.h>
 #include <halfgrad/ops/util.h>

@@ -5,7 +5,7 @@
 #include <optional>
 #include <string>
 
-#include <halfgrad/ops/dispatch.h>
+#include <halfgrad/dispatch/dispatch.h>
 #include <halfgrad/ops/kernels.h>
 #include <halfgrad/ops/ops.h>
 #include <halfgrad/ops/util.h>

@@ -7,7 +7,7 @@
 #include <limits>
 
 #include <halfgrad/core/alias.h>
-#include <halfgrad/ops/dispatch.h>
+#include <halfgrad/dispatch/dispatch.h>
 #include <halfgrad/ops/kernels.h>
 #include <halfgrad/ops/ops.h>
 #include <halfgrad/ops/util.h>

@@ -1,6 +1,6 @@
 #pragma once
 // The public functional API (PyTorch's torch.* / torch.nn.functional.*).
-// Every function here goes through dispatch::call (ops/dispatch.h).
+// Every function here goes through dispatch::call (dispatch/dispatch.h).
 #include <functional>
 #include <initializer_list>
 #include <optional>

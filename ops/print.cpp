@@ -1,6 +1,6 @@
 #include <halfgrad/core/format.h>
 
-#include <halfgrad/autograd/node.h>
+#include <halfgrad/dispatch/node.h>
 
 #include <cmath>
 #include <ostream>

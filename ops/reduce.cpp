@@ -5,7 +5,7 @@
 #include <memory>
 
 #include <halfgrad/core/alias.h>
-#include <halfgrad/ops/dispatch.h>
+#include <halfgrad/dispatch/dispatch.h>
 #include <halfgrad/ops/kernels.h>
 #include <halfgrad/ops/ops.h>
 #include <halfgrad/ops/util.h>

@@ -10,8 +10,7 @@
 // them and keeps for backward (dispatch::save_for_backward).
 #include <limits>
 
-#include <halfgrad/amp/autocast.h>
-#include <halfgrad/ops/dispatch.h>
+#include <halfgrad/dispatch/dispatch.h>
 #include <halfgrad/ops/kernels.h>
 #include <halfgrad/ops/ops.h>
 #include <halfgrad/ops/util.h>
@@ -145,10 +144,10 @@ Tensor cumsum(const Tensor& x, int64_t dim, std::optional<DType> dtype) {
   // As PyTorch: an explicit dtype casts the input first; bool and int64 give int64.
   const DType target = dtype ? *dtype : (is_floating(x.dtype()) ? x.dtype() : DType::Int64);
   const Tensor a = x.dtype() == target ? x : x.to(target);
-  if (dtype && amp::is_autocast_enabled(x.device().type())) {
+  if (dtype) {
     // CUDA autocast runs cumsum in float32 only when no dtype is given
     // (PyTorch's fp32_set_opt_dtype): an explicit dtype is kept.
-    amp::autocast off(x.device().type(), std::nullopt, false);
+    dispatch::ExcludeGuard no_autocast(dispatch::Layer::Autocast);
     return cumsum_dir(a, d, false);
   }
   return cumsum_dir(a, d, false);

@@ -10,7 +10,7 @@
 
 #include <halfgrad.h>
 #include <halfgrad/amp/op_policy.h>
-#include <halfgrad/ops/op_id.h>
+#include <halfgrad/dispatch/op_id.h>
 
 namespace hg = halfgrad;
 using hg::DeviceType;

@@ -5,8 +5,8 @@
 
 #include <cmath>
 
-#include <halfgrad/autograd/node.h>
-#include <halfgrad/ops/dispatch.h>
+#include <halfgrad/autograd/engine.h>
+#include <halfgrad/dispatch/dispatch.h>
 #include "test_util.h"
 
 using namespace halfgrad;

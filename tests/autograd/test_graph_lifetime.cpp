@@ -4,7 +4,7 @@
 
 #include <thread>
 
-#include <halfgrad/autograd/node.h>
+#include <halfgrad/autograd/engine.h>
 #include "test_util.h"
 
 using namespace halfgrad;

@@ -21,8 +21,8 @@ while IFS= read -r line; do
   file=${line%%:*}; target=$(sed -E 's/.*#include <(halfgrad\/[^>]*)>.*/\1/' <<<"${line#*:}")
   [ -f "$inc/$target" ] || fail "$file includes <$target>, which is not installed"
 done < <(grep -rE '^#include <halfgrad/' "$inc" || true)
-# Nothing internal is installed: the backend interface, raw views, kernel headers.
-for internal in ops/kernels.h ops/dispatch.h ops/util.h core/alias.h ops/cpu ops/cuda amp/cuda optim/cuda core/cuda; do
+# Nothing internal is installed: the backend interface, the dispatcher, raw views, kernel headers.
+for internal in ops/kernels.h dispatch/dispatch.h dispatch/layers.h dispatch/node.h ops/util.h core/alias.h ops/cpu ops/cuda amp/cuda optim/cuda core/cuda; do
   [ ! -e "$inc/halfgrad/$internal" ] || fail "internal $internal is installed"
 done
 ! grep -rqE 'namespace halfgrad::kernels|namespace kernels|alias_with' "$inc" ||

@@ -3,7 +3,7 @@
 // dtypes in elementwise ops promote instead of failing.
 #include <catch2/catch.hpp>
 
-#include <halfgrad/ops/dispatch.h>
+#include <halfgrad/dispatch/dispatch.h>
 #include "test_util.h"
 
 using namespace halfgrad;

@@ -5,7 +5,7 @@
 #include "test_util.h"
 
 #include <halfgrad/amp/autocast.h>
-#include <halfgrad/autograd/node.h>
+#include <halfgrad/autograd/engine.h>
 
 namespace hg = halfgrad;
 using namespace hgtest;

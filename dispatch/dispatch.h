@@ -2,30 +2,34 @@
 // The one path every op takes (docs/architecture.md, "One op call"):
 //
 //   dispatch::call(OpId::linear, {x, w, b}, forward, backward, Save::Inputs)
-//     1. autocast   amp/: the policy table may cast the floating inputs
+//     1. layers     the registered layers before the kernel (dispatch/layers.h):
+//                   the non-finite watch, then autocast, whose policy table
+//                   may cast the floating inputs
 //     2. checks     all tensors on one device
-//     3. forward    the backend kernels, with autocast off and grad mode off
-//     4. autograd   if an input requires grad, record a Node holding the
-//                   saved tensors and the backward formula
+//     3. forward    the backend kernels, with every layer excluded and grad mode off
+//     4. autograd   if an input requires grad, the autograd layer records a
+//                   Node holding the saved tensors and the backward formula
+//
+// The dispatcher knows no feature by name: it depends on core/ only, and
+// amp/ and autograd/ register into it.
 //
 // An op file (ops/*.cpp) therefore reads as: its checks, its kernel call,
 // its backward formula. In-place ops take `dispatch::inplace`: no autocast
 // (as in PyTorch), no recording, and they bump the version counter. Ops are
-// named by OpId (ops/op_id.h): the autocast row, the node name and the trace
+// named by OpId (dispatch/op_id.h): the autocast row, the node name and the trace
 // line all come from it.
 #include <functional>
 #include <string_view>
 #include <vector>
 
-#include <halfgrad/autograd/node.h>
-#include <halfgrad/ops/op_id.h>
+#include <halfgrad/dispatch/layers.h>
+#include <halfgrad/dispatch/node.h>
+#include <halfgrad/dispatch/op_id.h>
 
 namespace halfgrad::dispatch {
 
 using autograd::Grads;
 using autograd::Saved;
-
-enum class Save : unsigned { Nothing = 0, Inputs = 1, Output = 2, Both = 3 };
 
 using Forward = std::function<Tensor(const std::vector<Tensor>& inputs)>;
 using Backward = autograd::BackwardFn;

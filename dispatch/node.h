@@ -1,8 +1,11 @@
 #pragma once
-// The autograd graph. Every op has one output, so a Node takes one incoming
-// gradient and returns one gradient per op input. Edges point to the Nodes
-// of the inputs (nullptr where an input needs no gradient); leaves that
-// require grad end in an AccumulateGrad node that writes `.grad`.
+// What a recorded op call leaves for backward: the nodes of the autograd
+// graph. Every op has one output, so a Node takes one incoming gradient and
+// returns one gradient per op input. Edges point to the Nodes of the inputs
+// (nullptr where an input needs no gradient); leaves that require grad end in
+// an AccumulateGrad node that writes `.grad` (autograd/engine.h). Here, below
+// ops/, because every op's backward formula reads a Saved; the engine that
+// runs the graph is autograd/ (internal: not installed).
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -91,25 +94,5 @@ struct FunctionNode final : Node {
   Grads apply(const Tensor& grad_output, bool retain_graph) override;
   void release() override;
 };
-
-// The end of the graph for a leaf: adds the incoming grad to `.grad`.
-struct AccumulateGrad final : Node {
-  std::weak_ptr<TensorImpl> leaf;
-  std::mutex mutex;  // backward from several threads may reach one leaf (PyTorch locks here too)
-  // autograd/hooks.h: run after each accumulation, outside the lock
-  std::vector<std::pair<int64_t, std::function<void(const Tensor&)>>> hooks;
-  int64_t next_hook_id = 0;
-  Grads apply(const Tensor& grad_output, bool retain_graph) override;
-
- private:
-  void accumulate(TensorImpl& leaf_impl, const Tensor& grad_output);
-};
-
-// The edge for `t` as an op input: its grad_fn, its accumulator if it is a
-// leaf that requires grad, or nullptr.
-std::shared_ptr<Node> gradient_edge(const Tensor& t);
-
-// Run backward from `root` with `grad` (the engine: topological order).
-void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph);
 
 }  // namespace halfgrad::autograd

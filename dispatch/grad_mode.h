@@ -1,0 +1,25 @@
+#pragma once
+// Grad mode: a per-thread switch. Under NoGradGuard no op records history
+// (optimizer updates, evaluation, and the backward formulas themselves).
+namespace halfgrad::autograd {
+
+bool grad_enabled();
+void set_grad_enabled(bool enabled);
+
+class NoGradGuard {
+ public:
+  NoGradGuard() : prev_(grad_enabled()) { set_grad_enabled(false); }
+  ~NoGradGuard() { set_grad_enabled(prev_); }
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
+}  // namespace halfgrad::autograd
+
+namespace halfgrad {
+using autograd::NoGradGuard;
+using no_grad = autograd::NoGradGuard;  // `hg::no_grad guard;` reads like `with torch.no_grad():`
+}  // namespace halfgrad
