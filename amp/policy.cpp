@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <span>
 
 #include <halfgrad/amp/op_policy.h>
 
@@ -24,21 +25,21 @@ using P = CastPolicy;
 // The fused Linear+activation ops (and linear_chain, a run of them) are linear
 // then an activation with no row (it runs in linear's dtype), so they take
 // linear's row.
-const char* const kFused = "halfgrad's Linear+activation: one GEMM with the activation in its epilogue, as linear";
-const char* const kFusedGelu = "halfgrad's Linear+GELU (exact): the GEMM, then one GELU pass, as linear";
-const char* const kFusedGeluTanh =
+constexpr const char* kFused = "halfgrad's Linear+activation: one GEMM with the activation in its epilogue, as linear";
+constexpr const char* kFusedGelu = "halfgrad's Linear+GELU (exact): the GEMM, then one GELU pass, as linear";
+constexpr const char* kFusedGeluTanh =
     "halfgrad's Linear+GELU (tanh): one GEMM with the GELU in its epilogue on CUDA, as linear";
-const char* const kChain = "halfgrad's Linear+activation layers as one op (nn::Sequential's runs of them), as linear";
-const char* const kViaDtype = "fp32 through the op's dtype argument: inputs are not cast, the output is float32";
+constexpr const char* kChain = "halfgrad's Linear+activation layers as one op (nn::Sequential's runs of them), as linear";
+constexpr const char* kViaDtype = "fp32 through the op's dtype argument: inputs are not cast, the output is float32";
 
 struct Builtin {
-  const char* op;
+  std::string_view op;
   CastPolicy policy;
   const char* note = "";
 };
 
 // clang-format off
-const std::vector<Builtin> kCuda = {
+constexpr Builtin kCuda[] = {
   // lower precision: the matmul and convolution family, where tensor cores pay
   {"conv1d", P::LowerPrecision}, {"conv2d", P::LowerPrecision}, {"conv3d", P::LowerPrecision},
   {"conv_tbc", P::LowerPrecision}, {"conv_transpose1d", P::LowerPrecision}, {"conv_transpose2d", P::LowerPrecision},
@@ -81,7 +82,7 @@ const std::vector<Builtin> kCuda = {
   {"binary_cross_entropy", P::Banned},
 };
 
-const std::vector<Builtin> kCpu = {
+constexpr Builtin kCpu[] = {
   {"conv1d", P::LowerPrecision}, {"conv2d", P::LowerPrecision}, {"conv3d", P::LowerPrecision},
   {"bmm", P::LowerPrecision}, {"mm", P::LowerPrecision}, {"linalg_vecdot", P::LowerPrecision},
   {"baddbmm", P::LowerPrecision}, {"addmm", P::LowerPrecision}, {"addbmm", P::LowerPrecision},
@@ -138,6 +139,33 @@ constexpr std::string_view kNoRowCpu[] = {HG_NO_ROW_BOTH, "exp", "log", "pow", "
                                           "cumsum", "logsumexp", "norm", "scatter_add", "index_put"};
 #undef HG_NO_ROW_BOTH
 
+// Every op halfgrad has gets a decision, checked when this file compiles: a
+// row on the device type or a place in its no-row list, never both, and no
+// stale no-row entry. Adding an op to dispatch/op_id.h without one fails here.
+template <size_t R, size_t N>
+constexpr bool every_op_decided(const Builtin (&rows)[R], const std::string_view (&no_row)[N]) {
+  const auto has_row = [&](std::string_view op) {
+    for (const auto& r : rows)
+      if (r.op == op) return true;
+    return false;
+  };
+  for (std::string_view op : no_row)
+    if (!find_op(op) || has_row(op)) return false;
+  for (size_t i = 0; i < kOpCount; ++i) {
+    const std::string_view op = op_name(static_cast<OpId>(i));
+    int listed = 0;
+    for (std::string_view n : no_row) listed += n == op;
+    if (has_row(op) == (listed == 1) || listed > 1) return false;
+  }
+  return true;
+}
+static_assert(every_op_decided(kCuda, kNoRowCuda),
+              "CUDA: an op in dispatch/op_id.h has neither a policy row nor a place in kNoRowCuda (or has both, or "
+              "a no-row entry names no op)");
+static_assert(every_op_decided(kCpu, kNoRowCpu),
+              "CPU: an op in dispatch/op_id.h has neither a policy row nor a place in kNoRowCpu (or has both, or "
+              "a no-row entry names no op)");
+
 struct Table {
   std::mutex mutex;  // guards `overrides` and the writes to `policies`
   // op -> policy; std::nullopt marks a built-in row the user removed. Every
@@ -155,7 +183,10 @@ Table& table() {
   static Table t;
   return t;
 }
-const std::vector<Builtin>& builtin(DeviceType d) { return d == DeviceType::CUDA ? kCuda : kCpu; }
+std::span<const Builtin> builtin(DeviceType d) {
+  if (d == DeviceType::CUDA) return kCuda;
+  return kCpu;
+}
 int slot(DeviceType d) { return d == DeviceType::CUDA ? 1 : 0; }
 std::int8_t encode(std::optional<CastPolicy> p) { return p ? static_cast<std::int8_t>(*p) : Table::kNoRow; }
 
@@ -175,9 +206,9 @@ void Table::restore_builtin() {
 
 // Fast lookup of the built-in rows (built once).
 const std::map<std::string, CastPolicy, std::less<>>& builtin_index(DeviceType d) {
-  static const auto make = [](const std::vector<Builtin>& rows) {
+  static const auto make = [](std::span<const Builtin> rows) {
     std::map<std::string, CastPolicy, std::less<>> m;
-    for (const auto& r : rows) m.emplace(r.op, r.policy);
+    for (const auto& r : rows) m.emplace(std::string(r.op), r.policy);
     return m;
   };
   static const auto cpu = make(kCpu), cuda = make(kCuda);
@@ -233,9 +264,9 @@ std::vector<PolicyRow> policy_rows(DeviceType device) {
   for (const auto& r : builtin(device)) {
     auto it = ov.find(r.op);
     if (it == ov.end()) {
-      rows.push_back({r.op, r.policy, r.note});
+      rows.push_back({std::string(r.op), r.policy, r.note});
     } else if (it->second) {
-      rows.push_back({r.op, *it->second, "overridden at run time"});
+      rows.push_back({std::string(r.op), *it->second, "overridden at run time"});
     }
   }
   for (const auto& [op, p] : ov)

@@ -44,7 +44,7 @@ Buffer random_buffer(int64_t n, bool bf16, std::mt19937& rng) {
 
 // One matmul primitive with its memory objects bound to buffers.
 // A GEMM below 2^19 multiply-adds is made and run on one thread, as
-// halfgrad's (kSerialGemmMacs in ops/cpu/parallel.h): for such sizes the OpenMP team's wake-up and
+// halfgrad's (kSerialGemmMacs in kernels/cpu/parallel.h): for such sizes the OpenMP team's wake-up and
 // join cost more than it saves, and a floor should take the faster way.
 constexpr int64_t kSerialMacs = int64_t{1} << 19;
 

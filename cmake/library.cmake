@@ -1,5 +1,5 @@
 # The library (included by the top-level CMakeLists.txt): one top-level folder
-# per layer of an op call (core <- dispatch <- ops <- autograd <- amp <- nn,
+# per layer of an op call (core <- kernels, dispatch <- ops <- autograd <- amp <- nn,
 # train, data <- optim, distributed; tests/layers/check_includes.cmake), device code (*/cuda/) next to the host code it serves.
 # Included as <halfgrad/core/tensor.h> inside and outside the library, so a
 # user's own core/tensor.h can never shadow ours: in the build tree through
@@ -15,12 +15,13 @@ add_library(halfgrad SHARED
   autograd/engine.cpp autograd/record.cpp
   amp/autocast.cpp amp/policy.cpp amp/scaler_kernels.cpp amp/grad_scaler.cpp amp/grad_norm.cpp amp/numerics.cpp amp/monitor.cpp
   amp/anomaly.cpp
-  ops/util.cpp ops/kernels.cpp ops/factory.cpp ops/shape.cpp ops/elementwise.cpp
+  kernels/router.cpp kernels/common.cpp kernels/numeric_settings.cpp
+  kernels/cpu/elementwise.cpp kernels/cpu/reduce.cpp kernels/cpu/softmax.cpp kernels/cpu/random.cpp kernels/cpu/matmul.cpp
+  kernels/cpu/linear_chain.cpp kernels/cpu/gemm.cpp kernels/cpu/sort.cpp kernels/cpu/index.cpp kernels/cpu/conv_direct.cpp
+  kernels/cpu/batch_norm.cpp kernels/cpu/pool.cpp
+  ops/util.cpp ops/factory.cpp ops/shape.cpp ops/elementwise.cpp
   ops/reduce.cpp ops/norms.cpp ops/logical.cpp ops/linalg.cpp ops/linear_chain.cpp ops/loss.cpp ops/print.cpp
-  ops/matmul_precision.cpp ops/tensor_methods.cpp ops/sort.cpp ops/indexing.cpp ops/norm_pool.cpp
-  ops/cpu/elementwise.cpp ops/cpu/reduce.cpp ops/cpu/softmax.cpp ops/cpu/random.cpp ops/cpu/matmul.cpp
-  ops/cpu/linear_chain.cpp ops/cpu/gemm.cpp ops/cpu/sort.cpp ops/cpu/index.cpp ops/cpu/conv.cpp ops/cpu/batch_norm.cpp ops/cpu/pool.cpp
-  ops/conv.cpp
+  ops/tensor_methods.cpp ops/sort.cpp ops/indexing.cpp ops/index_expr.cpp ops/norm_pool.cpp ops/conv.cpp
   nn/module.cpp nn/state_dict.cpp nn/init.cpp nn/linear.cpp nn/sequential.cpp nn/clip_grad.cpp
   nn/conv.cpp nn/batchnorm.cpp nn/pooling.cpp nn/models/mobilenet_v3.cpp
   nn/safetensors.cpp nn/safetensors_format.cpp
@@ -29,16 +30,16 @@ add_library(halfgrad SHARED
   train/progress.cpp train/metrics_csv.cpp train/loss_monitor.cpp train/overflow_warning.cpp train/memory.cpp
 )
 add_library(halfgrad::halfgrad ALIAS halfgrad)
-# The loops over ops/cpu/vec_math.h's exp, and the elementwise loops over
-# ops/math.h's piecewise functions (hardswish's and hardsigmoid's gradients),
+# The loops over kernels/cpu/vec_math.h's exp, and the elementwise loops over
+# kernels/math.h's piecewise functions (hardswish's and hardsigmoid's gradients),
 # vectorise only without trapping math: GCC will not compute a float operation
 # a branch may skip, or turn a float compare into a blend, when it could raise
 # an FP exception. We never read FP exception flags, and the results do not change.
-set_source_files_properties(ops/cpu/softmax.cpp ops/cpu/elementwise.cpp PROPERTIES COMPILE_OPTIONS -fno-trapping-math)
+set_source_files_properties(kernels/cpu/softmax.cpp kernels/cpu/elementwise.cpp PROPERTIES COMPILE_OPTIONS -fno-trapping-math)
 
 # The public headers: what <halfgrad.h> reaches, and all that `cmake --install`
 # copies (to include/halfgrad/<folder>/, the umbrella to include/). The backend
-# interface (ops/kernels.h: no argument checks), the dispatcher and its nodes
+# interface (kernels/kernels.h: no argument checks), the dispatcher and its nodes
 # (dispatch/, but for grad mode), raw views (core/alias.h) and the CPU/CUDA kernel headers stay inside.
 set(HALFGRAD_PUBLIC_HEADERS
     core/allocator.h core/host_cache.h core/atomic_file.h core/device.h core/dtype.h core/error.h core/format.h core/half.h core/macros.h
@@ -46,7 +47,7 @@ set(HALFGRAD_PUBLIC_HEADERS
     dispatch/grad_mode.h
     autograd/grad_mode.h autograd/gradcheck.h autograd/hooks.h
     amp/anomaly.h amp/autocast.h amp/grad_scaler.h amp/monitor.h amp/policy.h amp/numerics.h
-    ops/activation.h ops/size_arg.h ops/indexing_ops.h ops/loss_options.h ops/operators.h ops/ops.h ops/sort_ops.h
+    kernels/activation.h kernels/numeric_settings.h ops/activation.h ops/size_arg.h ops/indexing_ops.h ops/loss_options.h ops/operators.h ops/ops.h ops/sort_ops.h
     ops/conv_ops.h ops/norm_pool_ops.h
     nn/activation.h nn/batchnorm.h nn/conv.h nn/dropout.h nn/flatten.h nn/functional.h nn/init.h nn/linear.h nn/loss.h
     nn/module.h nn/nn.h nn/pooling.h nn/models/mobilenet_v3.h
@@ -71,12 +72,17 @@ target_link_libraries(halfgrad PUBLIC fmt::fmt PRIVATE OpenMP::OpenMP_CXX $<BUIL
 # does it by default wherever FMA exists, e.g. in the AVX-512 target clones),
 # so every CPU result is rounded as written, on every host, and as on CUDA
 # (--fmad=false below).
-# -Werror=switch: an op enum value missing from a switch (ops/math.h's op
+# -Werror=switch: an op enum value missing from a switch (kernels/math.h's op
 # switches) is a compile error, not a silent fall-through.
 target_compile_options(halfgrad PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -ffp-contract=off -Werror=switch>)
+# The CPU convolution entries: oneDNN's primitives (falling back on the
+# direct loops), or the direct loops alone.
 if(HALFGRAD_ONEDNN)
+  target_sources(halfgrad PRIVATE kernels/cpu/conv_onednn.cpp)
   target_link_libraries(halfgrad PRIVATE DNNL::dnnl)
   target_compile_definitions(halfgrad PRIVATE HALFGRAD_WITH_ONEDNN=1)
+else()
+  target_sources(halfgrad PRIVATE kernels/cpu/conv_no_onednn.cpp)
 endif()
 if(NOT HALFGRAD_TARGET_CLONES)
   target_compile_definitions(halfgrad PRIVATE HALFGRAD_NO_TARGET_CLONES=1)
@@ -84,11 +90,11 @@ endif()
 
 if(HALFGRAD_WITH_CUDA)
   file(GLOB cuda_sources CONFIGURE_DEPENDS
-    core/cuda/*.cu ops/cuda/*.cu ops/cuda/*.cpp amp/cuda/*.cu optim/cuda/*.cu)
+    core/cuda/*.cu kernels/cuda/*.cu kernels/cuda/*.cpp amp/cuda/*.cu optim/cuda/*.cu)
   target_sources(halfgrad PRIVATE ${cuda_sources})
   set_target_properties(halfgrad PROPERTIES CUDA_STANDARD 20)
   target_link_libraries(halfgrad PRIVATE CUDA::cudart CUDA::cublasLt)
-  # cuDNN 9 (ops/cuda/conv.cpp: the convolutions, on its backend graph API):
+  # cuDNN 9 (kernels/cuda/conv.cpp: the convolutions, on its backend graph API):
   # in the toolkit's folders, or where CUDNN_ROOT / CUDNN_PATH / CUDNN_HOME
   # point (scripts/gpu-check sets them for a Python wheel's cuDNN), or on
   # CMAKE_LIBRARY_PATH / CMAKE_INCLUDE_PATH. libcudnn.so loads its
@@ -119,7 +125,7 @@ if(HALFGRAD_WITH_CUDA)
   # fmt 9 turns constexpr off under nvcc but keeps format_string consteval.
   target_compile_definitions(halfgrad PUBLIC $<$<COMPILE_LANGUAGE:CUDA>:FMT_USE_CONSTEXPR=1>)
   # --fmad=false: no multiply-add contraction, so the shared per-element math
-  # (ops/math.h, optim/update_math.h) rounds exactly as on the CPU.
+  # (kernels/math.h, optim/update_math.h) rounds exactly as on the CPU.
   target_compile_options(halfgrad PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr --fmad=false>)
   target_compile_definitions(halfgrad PUBLIC HALFGRAD_WITH_CUDA=1)
 else()

@@ -52,7 +52,7 @@ uint64_t seed_generation() {
 
 }  // namespace rng
 #ifndef HALFGRAD_WITH_CUDA
-// Without CUDA there is no device generator (ops/cuda/random.cu has the real ones).
+// Without CUDA there is no device generator (kernels/cuda/random.cu has the real ones).
 namespace cuda {
 rng::PhiloxState get_rng_state(int device) {
   fail("cuda::get_rng_state(cuda:{}): this halfgrad was built without CUDA; there is no CUDA generator", device);

@@ -4,7 +4,7 @@
 // reproducible. Every generator is Philox4x32-10 (core/philox.h) with state
 // (seed, offset): a draw of n elements takes counters offset .. offset+n-1 and
 // moves the offset on by n. The CPU's state lives here; a CUDA device's lives
-// in device memory (ops/cuda/random.cu), so drawing on the GPU never syncs and
+// in device memory (kernels/cuda/random.cu), so drawing on the GPU never syncs and
 // a graph replay moves it on like an eager call. Both start at offset 0 after a
 // seed, so the same calls give the same numbers on either device.
 #include <cstdint>

@@ -4,7 +4,7 @@
 // time and shared by the dispatcher, the autocast step and its policy table
 // (amp/policy.cpp resolves its name-keyed rows into an array indexed by OpId),
 // autograd node names and the trace. Adding or renaming an op here without
-// deciding its autocast policy fails tests/amp/test_op_id.cpp.
+// deciding its autocast policy fails the build (a static_assert in amp/policy.cpp).
 //
 // The names are the ops' names in messages, node names and the trace; an
 // in-place op prints as its OpId's name plus "_" (add_, copy_, fill_).

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include <halfgrad/autograd/grad_mode.h>
-#include <halfgrad/ops/kernels.h>
+#include <halfgrad/kernels/kernels.h>
 #include <halfgrad/ops/ops.h>
 
 namespace halfgrad::nn::init {

@@ -13,7 +13,7 @@
 #include <fmt/format.h>
 
 #include <halfgrad/dispatch/dispatch.h>
-#include <halfgrad/ops/kernels.h>
+#include <halfgrad/kernels/kernels.h>
 #include <halfgrad/ops/ops.h>
 #include <halfgrad/ops/util.h>
 
@@ -256,24 +256,6 @@ Tensor conv_transpose_nd(OpId id, int nd, const Tensor& input, const Tensor& wei
 }
 
 }  // namespace
-
-namespace kernels {
-ConvCrop crop_negative_padding(const ConvGeometry& g, const int64_t* in) {
-  ConvCrop c;
-  c.g = g;
-  for (int i = 0; i < g.nd; ++i) {
-    const int64_t pb = g.pad_before[i], pa = g.pad_after[i];
-    // out = (in + pb + pa - extent) / stride + 1 is unchanged: size + max(pb, 0) + max(pa, 0) == in + pb + pa
-    c.start[i] = pb < 0 ? -pb : 0;
-    c.size[i] = in[i] + (pa < 0 ? pa : 0) - c.start[i];
-    c.g.pad_before[i] = pb < 0 ? 0 : pb;
-    c.g.pad_after[i] = pa < 0 ? 0 : pa;
-    c.cropped = c.cropped || pb < 0 || pa < 0;
-    c.empty = c.empty || c.size[i] <= 0;
-  }
-  return c;
-}
-}  // namespace kernels
 
 Tensor conv1d(const Tensor& input, const Tensor& weight, const Tensor& bias, SizeArg stride, PaddingArg padding,
               SizeArg dilation, int64_t groups) {

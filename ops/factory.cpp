@@ -5,7 +5,7 @@
 #include <limits>
 #include <memory>
 
-#include <halfgrad/ops/kernels.h>
+#include <halfgrad/kernels/kernels.h>
 #include <halfgrad/ops/ops.h>
 
 namespace halfgrad {

@@ -7,7 +7,7 @@
 #include <memory>
 
 #include <halfgrad/dispatch/dispatch.h>
-#include <halfgrad/ops/kernels.h>
+#include <halfgrad/kernels/kernels.h>
 #include <halfgrad/ops/ops.h>
 #include <halfgrad/ops/util.h>
 
@@ -99,7 +99,7 @@ Tensor addmm(const Tensor& bias, const Tensor& a, const Tensor& b, double beta, 
         // CUDA, beta = alpha = 1, a bias that is one row repeated down the output ([n], [1],
         // [1, n], [1, 1] or a scalar): the bias goes to the GEMM as its bias, as linear's, so
         // a @ b + bias rounds once (cuBLASLt's BIAS epilogue, or float32 sums plus the bias,
-        // then one rounding: cuda_ops::gemm). The bias in out with beta = 1 below rounds a
+        // then one rounding: kernels::cuda::gemm). The bias in out with beta = 1 below rounds a
         // float16/bfloat16 GEMM twice on the GPU (docs/numerics.md). The CPU keeps that path.
         const Tensor& self = in[0];
         const bool row_bias = self.dim() <= 1 || (self.dim() == 2 && self.shape()[0] == 1);

@@ -7,7 +7,7 @@
 #include <memory>
 
 #include <halfgrad/dispatch/dispatch.h>
-#include <halfgrad/ops/kernels.h>
+#include <halfgrad/kernels/kernels.h>
 #include <halfgrad/ops/ops.h>
 #include <halfgrad/ops/util.h>
 

@@ -1,12 +1,12 @@
 // batch_norm and the 2-d pools: argument checks, output sizes (PyTorch's
-// rules), the kernel calls (ops/kernels.h) and, next to them, the backward
+// rules), the kernel calls (kernels/kernels.h) and, next to them, the backward
 // formulas. None has an autocast row (they run in the input's dtype).
 #include <cmath>
 #include <optional>
 #include <string>
 
 #include <halfgrad/dispatch/dispatch.h>
-#include <halfgrad/ops/kernels.h>
+#include <halfgrad/kernels/kernels.h>
 #include <halfgrad/ops/ops.h>
 #include <halfgrad/ops/util.h>
 

@@ -11,7 +11,8 @@
 
 #include <halfgrad/core/random.h>
 #include <halfgrad/core/tensor.h>
-#include <halfgrad/ops/activation.h>
+#include <halfgrad/kernels/activation.h>
+#include <halfgrad/kernels/numeric_settings.h>
 #include <halfgrad/ops/loss_options.h>
 #include <halfgrad/ops/size_arg.h>
 #include <halfgrad/ops/sort_ops.h>
@@ -196,19 +197,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activat
 Tensor linear_chain(const Tensor& x, const std::vector<Tensor>& weights, const std::vector<Tensor>& biases,
                     const std::vector<Activation>& activations);
 
-// PyTorch's torch.set_float32_matmul_precision: "highest" (the default) keeps
-// float32 GEMMs exact; "high" or "medium" let CUDA use TF32 tensor cores
-// (~1e-3 relative error). Process-wide; the CPU GEMM is always exact.
-void set_float32_matmul_precision(std::string_view precision);
-std::string get_float32_matmul_precision();
-bool float32_matmul_allows_tf32();
-// PyTorch's torch.backends.cudnn.allow_tf32 (default true): whether float32
-// convolutions on CUDA may run on TF32 tensor cores (~1e-3 relative error).
-// false: only cuDNN engines without tensor cores for float32 (exact float32
-// products). Process-wide; read when a convolution's engine is chosen (the
-// choice is cached per setting). The half types always use tensor cores.
-void set_cudnn_allow_tf32(bool allow);
-bool cudnn_allow_tf32();
+// set_float32_matmul_precision, set_cudnn_allow_tf32: kernels/numeric_settings.h.
 
 // ---- activations and losses (torch.nn.functional) ----------------------------------
 // Reduction and the loss options (CrossEntropyOptions, ...): ops/loss_options.h.

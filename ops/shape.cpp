@@ -4,7 +4,7 @@
 
 #include <halfgrad/core/alias.h>
 #include <halfgrad/dispatch/dispatch.h>
-#include <halfgrad/ops/kernels.h>
+#include <halfgrad/kernels/kernels.h>
 #include <halfgrad/ops/ops.h>
 #include <halfgrad/ops/util.h>
 

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include <halfgrad/ops/kernels.h>
+#include <halfgrad/kernels/kernels.h>
 
 namespace halfgrad::ops {
 

@@ -4,7 +4,7 @@
 #include <type_traits>
 
 #include <halfgrad/core/macros.h>
-#include <halfgrad/ops/cpu/parallel.h>
+#include <halfgrad/kernels/cpu/parallel.h>
 
 namespace halfgrad::optim::fused {
 
@@ -53,7 +53,7 @@ HG_TARGET_CLONES void adam_range(float* p, float* g, float* m, float* v,
 // Run `range(begin, count)` over [0, n) in chunks, in parallel when it pays.
 template <typename Range>
 void chunked(int64_t n, Range range) {
-  cpu::for_chunks(n, kChunk, n > 4 * kChunk, range);
+  kernels::cpu::for_chunks(n, kChunk, n > 4 * kChunk, range);
 }
 }  // namespace
 

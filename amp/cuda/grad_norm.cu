@@ -17,6 +17,7 @@ namespace {
 
 using cuda_mt::kChunk;
 using cuda_mt::kThreads;
+using cuda_mt::for_each_pack;
 using cuda_mt::Pack;
 using grad_norm::Mode;
 
@@ -73,25 +74,19 @@ __device__ void norm_range(const T* p, int64_t begin, int64_t end, bool vec, Mod
       acc += grad_norm::term(v, mode, pa);
     }
   };
-  if (vec) {
-    constexpr int V = Pack<T>::kSize;
-    const int64_t vend = begin + (end - begin) / V * V;
-    for (int64_t i = begin + static_cast<int64_t>(threadIdx.x) * V; i < vend;
-         i += static_cast<int64_t>(blockDim.x) * V) {
-      const Pack<T> pk = *reinterpret_cast<const Pack<T>*>(p + i);
+  for_each_pack<T>(
+      begin, end, vec,
+      [&](int64_t i) {
+        const Pack<T> pk = *reinterpret_cast<const Pack<T>*>(p + i);
 #pragma unroll
-      for (int j = 0; j < V; ++j) add(static_cast<A>(pk.v[j]));
-    }
-    begin = vend;
-  }
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) add(static_cast<A>(p[i]));
+        for (int j = 0; j < Pack<T>::kSize; ++j) add(static_cast<A>(pk.v[j]));
+      },
+      [&](int64_t i) { add(static_cast<A>(p[i])); });
   out = static_cast<double>(acc);
 }
 
 __global__ void __launch_bounds__(kThreads) norm_kernel(const __grid_constant__ NormArgs a) {
-  const int t = cuda_mt::find_tensor(a.chunk_begin, a.count);
-  const int64_t begin = static_cast<int64_t>(blockIdx.x - a.chunk_begin[t]) * kChunk;
-  const int64_t end = ::min(a.numel[t], begin + kChunk);  // CUDA's min: halfgrad::min is the tensor op
+  const auto [t, begin, end] = cuda_mt::block_chunk(a);
   const Mode mode = static_cast<Mode>(a.mode);
   const bool vec = a.vec[t] != 0;
   double acc = 0.0;
@@ -129,28 +124,22 @@ template <typename T>
 __device__ void scale_range(T* p, int64_t begin, int64_t end, bool vec, float coef) {
   using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
   const A c = static_cast<A>(coef);
-  if (vec) {
-    constexpr int V = Pack<T>::kSize;
-    const int64_t vend = begin + (end - begin) / V * V;
-    for (int64_t i = begin + static_cast<int64_t>(threadIdx.x) * V; i < vend;
-         i += static_cast<int64_t>(blockDim.x) * V) {
-      Pack<T> pk = *reinterpret_cast<const Pack<T>*>(p + i);
+  for_each_pack<T>(
+      begin, end, vec,
+      [&](int64_t i) {
+        Pack<T> pk = *reinterpret_cast<const Pack<T>*>(p + i);
 #pragma unroll
-      for (int j = 0; j < V; ++j) pk.v[j] = static_cast<T>(static_cast<A>(pk.v[j]) * c);
-      *reinterpret_cast<Pack<T>*>(p + i) = pk;
-    }
-    begin = vend;
-  }
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) p[i] = static_cast<T>(static_cast<A>(p[i]) * c);
+        for (int j = 0; j < Pack<T>::kSize; ++j) pk.v[j] = static_cast<T>(static_cast<A>(pk.v[j]) * c);
+        *reinterpret_cast<Pack<T>*>(p + i) = pk;
+      },
+      [&](int64_t i) { p[i] = static_cast<T>(static_cast<A>(p[i]) * c); });
 }
 
 __global__ void __launch_bounds__(kThreads) clip_kernel(const __grid_constant__ ClipArgs a) {
   // The coefficient is computed here, on the device: the host never reads the norm.
   const float coef = grad_norm::clip_coef(*a.total, a.max_norm);
   if (coef == 1.0f) return;  // x * 1 == x: save the stores
-  const int t = cuda_mt::find_tensor(a.chunk_begin, a.count);
-  const int64_t begin = static_cast<int64_t>(blockIdx.x - a.chunk_begin[t]) * kChunk;
-  const int64_t end = ::min(a.numel[t], begin + kChunk);  // CUDA's min: halfgrad::min is the tensor op
+  const auto [t, begin, end] = cuda_mt::block_chunk(a);
   const bool vec = a.vec[t] != 0;
   switch (static_cast<FloatKind>(a.kind[t])) {
     case FloatKind::F32: scale_range(static_cast<float*>(a.data[t]), begin, end, vec, coef); break;

@@ -16,7 +16,8 @@
 // than one struct holds is split into several launches.
 //
 // A block finds its tensor by a binary search over chunk_begin (in the
-// constant bank, the same for every thread of the block, so no divergence).
+// constant bank, the same for every thread of the block, so no divergence):
+// block_chunk(args). Every kernel walks its chunk with for_each_pack.
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -99,6 +100,36 @@ __device__ __forceinline__ int find_tensor(const int32_t* chunk_begin, int count
     else hi = mid - 1;
   }
   return lo;
+}
+
+// This block's share of a launch: tensor t, elements [begin, end).
+struct BlockChunk {
+  int t;
+  int64_t begin, end;
+};
+template <typename Args>
+__device__ __forceinline__ BlockChunk block_chunk(const Args& a) {
+  const int t = find_tensor(a.chunk_begin, a.count);
+  const int64_t begin = static_cast<int64_t>(blockIdx.x - a.chunk_begin[t]) * kChunk;
+  return {t, begin, ::min(a.numel[t], begin + kChunk)};  // CUDA's min: halfgrad::min is the tensor op
+}
+
+// The one chunk loop of every multi-tensor kernel: this thread's elements of
+// [begin, end), threads striding by the block. With `vec` (the tensor's base
+// is 16-byte aligned, and so is every chunk) whole packs first, pack(i) for
+// elements i .. i + Pack<T>::kSize - 1 (one 16-byte load and store), then
+// one(i) for each element left.
+template <typename T, typename PackFn, typename OneFn>
+__device__ __forceinline__ void for_each_pack(int64_t begin, int64_t end, bool vec, PackFn&& pack, OneFn&& one) {
+  if (vec) {
+    constexpr int V = Pack<T>::kSize;
+    const int64_t vend = begin + (end - begin) / V * V;
+    for (int64_t i = begin + static_cast<int64_t>(threadIdx.x) * V; i < vend;
+         i += static_cast<int64_t>(blockDim.x) * V)
+      pack(i);
+    begin = vend;
+  }
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) one(i);
 }
 #endif
 

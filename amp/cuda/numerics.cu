@@ -8,13 +8,13 @@
 #include <halfgrad/amp/numerics_math.h>
 #include <halfgrad/core/cuda/check.h>
 #include <halfgrad/core/error.h>
-#include <halfgrad/ops/cuda/loops.cuh>
+#include <halfgrad/kernels/cuda/loops.cuh>
 
 namespace halfgrad::amp::cuda_kernels {
 namespace {
 
-using cuda_ops::Elem;
-using cuda_ops::storage_t;
+using kernels::cuda::Elem;
+using kernels::cuda::storage_t;
 constexpr int kBlock = 256;
 
 template <typename T>
@@ -50,7 +50,7 @@ void accumulate_log2_histogram(const Tensor& t, const Tensor& counts, bool with_
   cuda::DeviceGuard guard(device);
   const int64_t n = t.numel();
   // a block's shared counts hold up to 2^32 - 1 each: at most 2^31 elements per block
-  const unsigned blocks = cuda_ops::grid_for(n, kBlock, device);
+  const unsigned blocks = kernels::cuda::grid_for(n, kBlock, device);
   static_assert(sizeof(unsigned long long) == sizeof(int64_t));
   auto* out = static_cast<unsigned long long*>(counts.data_ptr());
   HG_DISPATCH_FLOATING(t.dtype(), "accumulate_log2_histogram", [&] {

@@ -15,6 +15,7 @@ namespace {
 
 using cuda_mt::kChunk;
 using cuda_mt::kThreads;
+using cuda_mt::for_each_pack;
 using cuda_mt::Pack;
 
 // 128 tensors of any floating dtype per launch: a model with up to 128
@@ -37,34 +38,28 @@ __device__ bool unscale_range(T* p, int64_t begin, int64_t end, bool vec, float 
   using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
   const Acc factor = static_cast<Acc>(inv);
   bool bad = false;
-  if (vec) {
-    constexpr int V = Pack<T>::kSize;
-    const int64_t vend = begin + (end - begin) / V * V;
-    for (int64_t i = begin + static_cast<int64_t>(threadIdx.x) * V; i < vend;
-         i += static_cast<int64_t>(blockDim.x) * V) {
-      Pack<T> pk = *reinterpret_cast<const Pack<T>*>(p + i);
+  for_each_pack<T>(
+      begin, end, vec,
+      [&](int64_t i) {
+        Pack<T> pk = *reinterpret_cast<const Pack<T>*>(p + i);
 #pragma unroll
-      for (int j = 0; j < V; ++j) {
-        const Acc v = static_cast<Acc>(pk.v[j]);
+        for (int j = 0; j < Pack<T>::kSize; ++j) {
+          const Acc v = static_cast<Acc>(pk.v[j]);
+          bad |= !isfinite(v);
+          if (apply) pk.v[j] = static_cast<T>(v * factor);
+        }
+        if (apply) *reinterpret_cast<Pack<T>*>(p + i) = pk;
+      },
+      [&](int64_t i) {
+        const Acc v = static_cast<Acc>(p[i]);
         bad |= !isfinite(v);
-        if (apply) pk.v[j] = static_cast<T>(v * factor);
-      }
-      if (apply) *reinterpret_cast<Pack<T>*>(p + i) = pk;
-    }
-    begin = vend;
-  }
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    const Acc v = static_cast<Acc>(p[i]);
-    bad |= !isfinite(v);
-    if (apply) p[i] = static_cast<T>(v * factor);
-  }
+        if (apply) p[i] = static_cast<T>(v * factor);
+      });
   return bad;
 }
 
 __global__ void __launch_bounds__(kThreads) unscale_and_check_kernel(const __grid_constant__ UnscaleArgs a) {
-  const int t = cuda_mt::find_tensor(a.chunk_begin, a.count);
-  const int64_t begin = static_cast<int64_t>(blockIdx.x - a.chunk_begin[t]) * kChunk;
-  const int64_t end = ::min(a.numel[t], begin + kChunk);  // CUDA's min: halfgrad::min is the tensor op
+  const auto [t, begin, end] = cuda_mt::block_chunk(a);
   // The factor is read here, on the device: the host never learns the scale.
   const float inv = a.inv_scale != nullptr ? *a.inv_scale : 1.0f;
   const bool apply = a.inv_scale != nullptr && inv != 1.0f;  // x * 1 == x: save the stores

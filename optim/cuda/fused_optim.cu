@@ -78,9 +78,7 @@ __global__ void count_step_kernel(const __grid_constant__ CountArgs a) {
 template <bool kMomentum>
 __global__ void __launch_bounds__(kThreads) sgd_kernel(const __grid_constant__ SGDArgs a) {
   if (skipped(a.found_inf)) return;
-  const int t = cuda_mt::find_tensor(a.chunk_begin, a.count);
-  const int64_t begin = static_cast<int64_t>(blockIdx.x - a.chunk_begin[t]) * kChunk;
-  const int64_t end = ::min(a.numel[t], begin + kChunk);  // CUDA's min: halfgrad::min is the tensor op
+  const auto [t, begin, end] = cuda_mt::block_chunk(a);
   const float inv = a.inv_scale != nullptr ? *a.inv_scale : 1.0f;
   const bool write_grad = a.inv_scale != nullptr;  // else .grad already holds the unscaled value
   math::SGDHyper h = a.h;
@@ -91,35 +89,31 @@ __global__ void __launch_bounds__(kThreads) sgd_kernel(const __grid_constant__ S
   float* g = a.grad[t];
   float* b = kMomentum ? a.buf[t] : nullptr;
 
-  int64_t tail = begin;
-  if (a.vec[t]) {
-    tail = begin + (end - begin) / 4 * 4;
-    for (int64_t i = begin + 4 * static_cast<int64_t>(threadIdx.x); i < tail; i += 4 * static_cast<int64_t>(blockDim.x)) {
-      F4 pv = load4(p + i), gv = load4(g + i), bv;
-      if constexpr (kMomentum) bv = load4(b + i);
+  cuda_mt::for_each_pack<float>(
+      begin, end, a.vec[t] != 0,
+      [&](int64_t i) {
+        F4 pv = load4(p + i), gv = load4(g + i), bv;
+        if constexpr (kMomentum) bv = load4(b + i);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) math::sgd_element(pv.v[j], gv.v[j], kMomentum ? &bv.v[j] : nullptr, inv, h);
-      store4(p + i, pv);
-      if (write_grad) store4(g + i, gv);
-      if constexpr (kMomentum) store4(b + i, bv);
-    }
-  }
-  for (int64_t i = tail + threadIdx.x; i < end; i += blockDim.x) {
-    float pv = p[i], gv = g[i], bv = 0.0f;
-    if constexpr (kMomentum) bv = b[i];
-    math::sgd_element(pv, gv, kMomentum ? &bv : nullptr, inv, h);
-    p[i] = pv;
-    if (write_grad) g[i] = gv;
-    if constexpr (kMomentum) b[i] = bv;
-  }
+        for (int j = 0; j < 4; ++j) math::sgd_element(pv.v[j], gv.v[j], kMomentum ? &bv.v[j] : nullptr, inv, h);
+        store4(p + i, pv);
+        if (write_grad) store4(g + i, gv);
+        if constexpr (kMomentum) store4(b + i, bv);
+      },
+      [&](int64_t i) {
+        float pv = p[i], gv = g[i], bv = 0.0f;
+        if constexpr (kMomentum) bv = b[i];
+        math::sgd_element(pv, gv, kMomentum ? &bv : nullptr, inv, h);
+        p[i] = pv;
+        if (write_grad) g[i] = gv;
+        if constexpr (kMomentum) b[i] = bv;
+      });
 }
 
 template <bool kAmsgrad>
 __global__ void __launch_bounds__(kThreads) adam_kernel(const __grid_constant__ AdamArgs a) {
   if (skipped(a.found_inf)) return;
-  const int t = cuda_mt::find_tensor(a.chunk_begin, a.count);
-  const int64_t begin = static_cast<int64_t>(blockIdx.x - a.chunk_begin[t]) * kChunk;
-  const int64_t end = ::min(a.numel[t], begin + kChunk);  // CUDA's min: halfgrad::min is the tensor op
+  const auto [t, begin, end] = cuda_mt::block_chunk(a);
   const float inv = a.inv_scale != nullptr ? *a.inv_scale : 1.0f;
   const bool write_grad = a.inv_scale != nullptr;
   // Bias corrections from the device-side step count (already advanced for
@@ -138,32 +132,30 @@ __global__ void __launch_bounds__(kThreads) adam_kernel(const __grid_constant__ 
   float* v = a.exp_avg_sq[t];
   float* x = kAmsgrad ? a.max_exp_avg_sq[t] : nullptr;
 
-  int64_t tail = begin;
-  if (a.vec[t]) {
-    tail = begin + (end - begin) / 4 * 4;
-    for (int64_t i = begin + 4 * static_cast<int64_t>(threadIdx.x); i < tail; i += 4 * static_cast<int64_t>(blockDim.x)) {
-      F4 pv = load4(p + i), gv = load4(g + i), mv = load4(m + i), vv = load4(v + i), xv;
-      if constexpr (kAmsgrad) xv = load4(x + i);
+  cuda_mt::for_each_pack<float>(
+      begin, end, a.vec[t] != 0,
+      [&](int64_t i) {
+        F4 pv = load4(p + i), gv = load4(g + i), mv = load4(m + i), vv = load4(v + i), xv;
+        if constexpr (kAmsgrad) xv = load4(x + i);
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
-        math::adam_element(pv.v[j], gv.v[j], mv.v[j], vv.v[j], kAmsgrad ? &xv.v[j] : nullptr, inv, h);
-      store4(p + i, pv);
-      if (write_grad) store4(g + i, gv);
-      store4(m + i, mv);
-      store4(v + i, vv);
-      if constexpr (kAmsgrad) store4(x + i, xv);
-    }
-  }
-  for (int64_t i = tail + threadIdx.x; i < end; i += blockDim.x) {
-    float pv = p[i], gv = g[i], mv = m[i], vv = v[i], xv = 0.0f;
-    if constexpr (kAmsgrad) xv = x[i];
-    math::adam_element(pv, gv, mv, vv, kAmsgrad ? &xv : nullptr, inv, h);
-    p[i] = pv;
-    if (write_grad) g[i] = gv;
-    m[i] = mv;
-    v[i] = vv;
-    if constexpr (kAmsgrad) x[i] = xv;
-  }
+        for (int j = 0; j < 4; ++j)
+          math::adam_element(pv.v[j], gv.v[j], mv.v[j], vv.v[j], kAmsgrad ? &xv.v[j] : nullptr, inv, h);
+        store4(p + i, pv);
+        if (write_grad) store4(g + i, gv);
+        store4(m + i, mv);
+        store4(v + i, vv);
+        if constexpr (kAmsgrad) store4(x + i, xv);
+      },
+      [&](int64_t i) {
+        float pv = p[i], gv = g[i], mv = m[i], vv = v[i], xv = 0.0f;
+        if constexpr (kAmsgrad) xv = x[i];
+        math::adam_element(pv, gv, mv, vv, kAmsgrad ? &xv : nullptr, inv, h);
+        p[i] = pv;
+        if (write_grad) g[i] = gv;
+        m[i] = mv;
+        v[i] = vv;
+        if constexpr (kAmsgrad) x[i] = xv;
+      });
 }
 
 // ---- host side: checks, packing, launches -----------------------------------------

@@ -22,7 +22,7 @@ while IFS= read -r line; do
   [ -f "$inc/$target" ] || fail "$file includes <$target>, which is not installed"
 done < <(grep -rE '^#include <halfgrad/' "$inc" || true)
 # Nothing internal is installed: the backend interface, the dispatcher, raw views, kernel headers.
-for internal in ops/kernels.h dispatch/dispatch.h dispatch/layers.h dispatch/node.h ops/util.h core/alias.h ops/cpu ops/cuda amp/cuda optim/cuda core/cuda; do
+for internal in kernels/kernels.h dispatch/dispatch.h dispatch/layers.h dispatch/node.h ops/util.h ops/indexing_detail.h core/alias.h kernels/cpu kernels/cuda amp/cuda optim/cuda core/cuda; do
   [ ! -e "$inc/halfgrad/$internal" ] || fail "internal $internal is installed"
 done
 ! grep -rqE 'namespace halfgrad::kernels|namespace kernels|alias_with' "$inc" ||

@@ -5,7 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <halfgrad.h>
-#include <halfgrad/ops/cpu/conv.h>
+#include <halfgrad/kernels/cpu/conv.h>
 
 #include <functional>
 #include <string>
@@ -152,8 +152,8 @@ TEST_CASE("the channels-last depthwise weight gradient loop against the row-majo
     const Tensor x = hgtest::uniform({3, 70, 9, 8}, dt), dy = hgtest::uniform({3, 70, 5, 4}, dt);
     Tensor dw = hg::empty({70, 1, 5, 5}, dt), db = hg::empty({70}, dt);
     Tensor dw_ref = hg::empty({70, 1, 5, 5}, dt), db_ref = hg::empty({70}, dt);
-    hg::cpu::conv_backward_weight_direct(dy.contiguous(kCL), x.contiguous(kCL), g, dw, db);
-    hg::cpu::conv_backward_weight_direct(dy, x, g, dw_ref, db_ref);
+    hg::kernels::cpu::conv_backward_weight_direct(dy.contiguous(kCL), x.contiguous(kCL), g, dw, db);
+    hg::kernels::cpu::conv_backward_weight_direct(dy, x, g, dw_ref, db_ref);
     const auto cw = hgtest::compare(dw, values(dw_ref)), cb = hgtest::compare(db, values(db_ref));
     INFO(cw.msg << "; " << cb.msg);
     CHECK(cw.ok);

@@ -8,8 +8,8 @@
 #include <catch2/catch.hpp>
 
 #include <halfgrad.h>
-#include <halfgrad/ops/cpu/conv.h>
-#include <halfgrad/ops/cpu/cpu_kernels.h>
+#include <halfgrad/kernels/cpu/conv.h>
+#include <halfgrad/kernels/cpu/cpu_kernels.h>
 
 #include <string>
 #include <vector>
@@ -549,24 +549,24 @@ TEST_CASE("conv: oneDNN's results agree with the portable direct loop", "[ops][c
       for (int i = 0; i < p.g.nd; ++i)
         ys.push_back((p.x[2 + i] + 2 * p.g.pad_before[i] - p.g.dilation[i] * (p.w[2 + i] - 1) - 1) / p.g.stride[i] + 1);
       const Tensor y1 = hg::empty(ys, dt), y2 = hg::empty(ys, dt);
-      hg::cpu::conv_forward(x, w, b, p.g, y1);
-      hg::cpu::conv_forward_direct(x, w, b, p.g, y2);
+      hg::kernels::cpu::conv_forward(x, w, b, p.g, y1);
+      hg::kernels::cpu::conv_forward_direct(x, w, b, p.g, y2);
       HG_CHECK_CLOSE(y1, values(y2));
       const Tensor dy = hgtest::uniform(ys, dt);
       const Tensor dx1 = hg::empty(p.x, dt), dx2 = hg::empty(p.x, dt);
-      hg::cpu::conv_backward_data(dy, w, p.g, dx1);
-      hg::cpu::conv_backward_data_direct(dy, w, p.g, dx2);
+      hg::kernels::cpu::conv_backward_data(dy, w, p.g, dx1);
+      hg::kernels::cpu::conv_backward_data_direct(dy, w, p.g, dx2);
       HG_CHECK_CLOSE(dx1, values(dx2));
       const Tensor dw1 = hg::empty(p.w, dt), dw2 = hg::empty(p.w, dt);
       const Tensor db1 = hg::empty({p.w[0]}, dt), db2 = hg::empty({p.w[0]}, dt);
-      hg::cpu::conv_backward_weight(dy, x, p.g, dw1, db1);
-      hg::cpu::conv_backward_weight_direct(dy, x, p.g, dw2, db2);
+      hg::kernels::cpu::conv_backward_weight(dy, x, p.g, dw1, db1);
+      hg::kernels::cpu::conv_backward_weight_direct(dy, x, p.g, dw2, db2);
       HG_CHECK_CLOSE(dw1, values(dw2));
       HG_CHECK_CLOSE(db1, values(db2));
       if (dt == DType::BFloat16) {  // float32 sums (autocast's weight gradients), from both routes
         const Tensor fw1 = hg::empty(p.w), fw2 = hg::empty(p.w), fb1 = hg::empty({p.w[0]}), fb2 = hg::empty({p.w[0]});
-        hg::cpu::conv_backward_weight(dy, x, p.g, fw1, fb1);
-        hg::cpu::conv_backward_weight_direct(dy, x, p.g, fw2, fb2);
+        hg::kernels::cpu::conv_backward_weight(dy, x, p.g, fw1, fb1);
+        hg::kernels::cpu::conv_backward_weight_direct(dy, x, p.g, fw2, fb2);
         HG_CHECK_CLOSE(fw1, values(fw2));
         HG_CHECK_CLOSE(fb1, values(fb2));
         CHECK_FALSE(hg::equal(fw1, fw1.to(DType::BFloat16).to(DType::Float32)));  // not rounded
@@ -578,9 +578,9 @@ TEST_CASE("conv: oneDNN's results agree with the portable direct loop", "[ops][c
   const k::ConvGeometry g = geo(2, 16, 1, 2, 1);
   const Tensor x = hgtest::uniform({2, 16, 7, 7}, DType::BFloat16), dy = hgtest::uniform({2, 16, 7, 7}, DType::BFloat16);
   const Tensor dw1 = hg::empty({16, 1, 5, 5}), dw2 = hg::empty({16, 1, 5, 5}), db1 = hg::empty({16}), db2 = hg::empty({16});
-  hg::cpu::conv_backward_weight_direct(dy.contiguous(hg::MemoryFormat::ChannelsLast),
+  hg::kernels::cpu::conv_backward_weight_direct(dy.contiguous(hg::MemoryFormat::ChannelsLast),
                                        x.contiguous(hg::MemoryFormat::ChannelsLast), g, dw1, db1);
-  hg::cpu::conv_backward_weight_direct(dy, x, g, dw2, db2);
+  hg::kernels::cpu::conv_backward_weight_direct(dy, x, g, dw2, db2);
   HG_CHECK_CLOSE(dw1, values(dw2));
   HG_CHECK_CLOSE(db1, values(db2));
   CHECK_FALSE(hg::equal(dw1, dw1.to(DType::BFloat16).to(DType::Float32)));

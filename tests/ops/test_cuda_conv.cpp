@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include <halfgrad/ops/cuda/conv.h>
+#include <halfgrad/kernels/cuda/conv.h>
 
 #include "cuda_compare.h"
 #include "test_util.h"
@@ -131,12 +131,12 @@ TEST_CASE("cuda conv_transpose with output_padding >= stride crops instead of pa
   const Tensor b = hgtest::uniform({3}, DType::Float32);
   Tensor xc = leaf_on(x, kCpu), xg = leaf_on(x, kCuda), wc = leaf_on(w, kCpu), wg = leaf_on(w, kCuda);
 #if defined(HALFGRAD_WITH_CUDA)  // the backend's counters exist only in a CUDA build
-  hg::cuda_ops::reset_conv_plan_counts();
+  hg::kernels::cuda::reset_conv_plan_counts();
 #endif
   const Tensor yc = hg::conv_transpose1d(xc, wc, b, 1, 0, 1, 1, 2);
   const Tensor yg = hg::conv_transpose1d(xg, wg, b.to(kCuda), 1, 0, 1, 1, 2);
 #if defined(HALFGRAD_WITH_CUDA)
-  CHECK(hg::cuda_ops::conv_plan_counts().cropped >= 1);
+  CHECK(hg::kernels::cuda::conv_plan_counts().cropped >= 1);
 #endif
   REQUIRE(yg.shape() == Shape{2, 3, 14});
   expect_same(yg, yc, "forward");

@@ -1,5 +1,5 @@
 // The indexing and gathering ops on a CUDA device against the CPU backend on
-// the same values (ops/cuda/index.cu): exact for gathers, scatters and masked
+// the same values (kernels/cuda/index.cu): exact for gathers, scatters and masked
 // fills (they move bits), within the dtype's tolerance for scatter_add (atomic
 // float adds in any order). Also what CUDA does with an out-of-range index (no
 // sync, so no Error: gather gives NaN or 0, scatter skips it), gradients on

@@ -7,7 +7,7 @@
 
 #include "test_util.h"
 
-#include <halfgrad/ops/kernels.h>
+#include <halfgrad/kernels/kernels.h>
 
 using namespace halfgrad;
 using Catch::Matchers::Contains;

@@ -136,7 +136,7 @@ TEST_CASE("the kink points, NaN and inf give PyTorch's values and gradients", "[
   // tensor takes the scalar loop on the CPU) give hardswish' = -0.5 at -3, 1.5
   // at 3, 1 for NaN; relu6' = 0 at 0 and 6, 1 for NaN; hardsigmoid' = 0 at -3
   // and 3 and for NaN. (Its vectorised CPU loop differs at x = 3 and for NaN:
-  // the choice is documented in ops/math.h.)
+  // the choice is documented in kernels/math.h.)
   const std::vector<double> x = {-4, -3, -2, 0, 2, 3, 4, 6, 7, kNaN, kInf, -kInf};
   struct Expect {
     std::function<Tensor(const Tensor&)> op;

@@ -4,7 +4,7 @@
 // max and argmax); half reductions accumulate in float32.
 #include <catch2/catch.hpp>
 
-#include <halfgrad/ops/cascade_sum.h>
+#include <halfgrad/kernels/cascade_sum.h>
 
 #include "test_util.h"
 
