@@ -3,11 +3,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <mutex>
 #include <vector>
 
 #include <halfgrad/amp/op_policy.h>
+#include <halfgrad/core/device.h>
 #include <halfgrad/core/error.h>
 #include <halfgrad/dispatch/layers.h>
 
@@ -122,9 +125,33 @@ bool autocast_disabled_by_region(DeviceType type) {
   return false;
 }
 
+namespace {
+// PyTorch's torch.autocast("cuda") on a machine without CUDA warns (Python
+// shows it once per call site) and turns the region off instead of failing.
+// Here once per process on stderr, as halfgrad's other warnings (ops/loss.cpp).
+bool cuda_region_possible(DeviceType device_type, bool enabled) {
+  if (device_type != DeviceType::CUDA || !enabled || cuda::is_available()) return enabled;
+  static std::once_flag warned;
+  std::call_once(warned, [] {
+#ifdef HALFGRAD_WITH_CUDA
+    const char* why = "no usable CUDA device was found";
+#else
+    const char* why = "this halfgrad was built without its CUDA backend";
+#endif
+    std::fputs(fmt::format("halfgrad warning: autocast: User provided device_type of 'cuda', but CUDA is not "
+                           "available. Disabling ({}): the region runs without autocast. For CPU tensors open "
+                           "autocast(DeviceType::CPU), or autocast(x.device().type()) to follow the tensors.\n",
+                           why)
+                   .c_str(),
+               stderr);
+  });
+  return false;
+}
+}  // namespace
+
 autocast::autocast(DeviceType device_type, std::optional<DType> dtype, bool enabled, bool cache_enabled)
     : device_(device_type),
-      enabled_(enabled),
+      enabled_(cuda_region_possible(device_type, enabled)),
       dtype_(dtype.value_or(device_type == DeviceType::CUDA ? DType::Float16 : DType::BFloat16)),
       cache_enabled_(cache_enabled),
       prev_(current()) {

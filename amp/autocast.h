@@ -30,7 +30,9 @@ namespace halfgrad::amp {
 // as the outermost region. A guard destroyed while an inner one is still
 // alive (guards in std::optional) leaves the state the inner ones set, as if
 // it had never been opened; when the last goes, the state before the first
-// is back.
+// is back. A CUDA region where CUDA is not available (a build without it, a
+// machine without a device) is PyTorch's: a warning on stderr, once per
+// process, and the region is opened with enabled=false (enabled() says so).
 class autocast {
  public:
   explicit autocast(DeviceType device_type, std::optional<DType> dtype = std::nullopt, bool enabled = true,

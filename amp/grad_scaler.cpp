@@ -80,10 +80,11 @@ Tensor GradScaler::inv_scale() const {
 
 // One pass over every grad: record inf/NaN in a fresh flag, and unscale in
 // place when asked.
-Tensor GradScaler::check(ScaledOptimizer& optimizer, bool unscale) {
+Tensor GradScaler::check(ScaledOptimizer& optimizer, bool unscale, size_t& checked) {
   HG_CHECK(scale_.defined(),
            "GradScaler: no scale yet. Call scaler.scale(loss).backward() before unscale_() or step().");
   const std::vector<Tensor> grads = optimizer.scaled_grads();
+  checked = grads.size();
   for (const auto& g : grads) {
     HG_CHECK(g.device() == scale_.device(),
              "GradScaler: gradient {} is on {} but the scaler lives on {} (the device of the first scaled loss); use "
@@ -110,7 +111,7 @@ void GradScaler::unscale_(ScaledOptimizer& optimizer) {
   HG_CHECK(st.stage != Stage::Unscaled,
            "unscale_() has already been called on this optimizer since the last update().");
   HG_CHECK(st.stage != Stage::Stepped, "unscale_() is being called after step().");
-  st.found_inf = check(optimizer, /*unscale=*/true);
+  st.found_inf = check(optimizer, /*unscale=*/true, st.checked);
   st.stage = Stage::Unscaled;
 }
 
@@ -124,8 +125,19 @@ StepResult GradScaler::step(ScaledOptimizer& optimizer) {
   HG_CHECK(st.stage != Stage::Stepped, "step() has already been called since the last update().");
   ScalerStep handshake;
   if (st.stage == Stage::Ready) {
-    st.found_inf = check(optimizer, /*unscale=*/false);  // the optimizer unscales as it updates
+    st.found_inf = check(optimizer, /*unscale=*/false, st.checked);  // the optimizer unscales as it updates
     handshake.inv_scale = inv_scale();
+  }
+  if (st.checked == 0) {
+    // PyTorch's `assert len(found_inf_per_device) > 0`: no parameter had a
+    // gradient, so nothing was checked and a step would silently do nothing.
+    // Unlike PyTorch (which stays stuck until a new scaler), this optimizer
+    // starts afresh: after a backward, step() works.
+    per_optimizer_.erase(&optimizer);
+    fail("GradScaler.step: No inf checks were recorded for this optimizer. None of its parameters has a "
+         "gradient, so there was nothing to check for inf/NaN and nothing to update. Call "
+         "scaler.scale(loss).backward() before scaler.step(optimizer), with a loss computed from the optimizer's "
+         "parameters (and no zero_grad() between the backward and the step).");
   }
   handshake.found_inf = st.found_inf;
   notify(handshake);
@@ -155,13 +167,14 @@ void GradScaler::notify(const ScalerStep& handshake) const {
 
 void GradScaler::update() {
   if (!options_.enabled) return;
-  HG_CHECK(!per_optimizer_.empty(), "No inf checks were recorded prior to update.");
-  // Any optimizer's overflow counts for the shared scale.
+  // Any optimizer's overflow counts for the shared scale. As in PyTorch, an
+  // optimizer whose unscale_() saw no gradient recorded no check.
   Tensor found;
-  for (auto& [opt, st] : per_optimizer_) {
-    HG_CHECK(st.found_inf.defined(), "No inf checks were recorded prior to update.");
-    found = found.defined() ? add(found, st.found_inf) : st.found_inf;
-  }
+  for (auto& [opt, st] : per_optimizer_)
+    if (st.found_inf.defined() && st.checked > 0) found = found.defined() ? add(found, st.found_inf) : st.found_inf;
+  HG_CHECK(found.defined(),
+           "No inf checks were recorded prior to update. GradScaler.update: call scaler.scale(loss).backward() and "
+           "scaler.step(optimizer) (or scaler.unscale_(optimizer)) with gradients before update().");
   const double before = is_tracing() ? get_scale() : 0.0;
   update_scale(scale_, growth_tracker_, found, options_.growth_factor, options_.backoff_factor,
                options_.growth_interval);

@@ -83,7 +83,10 @@ class GradScaler {
   // per step, before step() (e.g. to clip gradients).
   void unscale_(ScaledOptimizer& optimizer);
   // Check the grads (unless unscale_ did), then let the optimizer unscale and
-  // update in one pass; nothing is applied when an inf or NaN was found.
+  // update in one pass; nothing is applied when an inf or NaN was found. An
+  // optimizer none of whose parameters has a gradient is an Error, as in
+  // PyTorch ("No inf checks were recorded for this optimizer."), and leaves
+  // its stage as before unscale_.
   StepResult step(ScaledOptimizer& optimizer);
   // Adjust S for the next iteration (PyTorch's _amp_update_scale_).
   void update();
@@ -119,11 +122,12 @@ class GradScaler {
   struct PerOptimizer {
     Stage stage = Stage::Ready;
     Tensor found_inf;
+    size_t checked = 0;  // gradients the inf/NaN check saw (PyTorch's found_inf_per_device non-empty)
   };
   void lazy_init(Device device);
   PerOptimizer& state_for(ScaledOptimizer& optimizer);
   Tensor inv_scale() const;  // a fresh float32 scalar 1/S on the scale's device, computed there
-  Tensor check(ScaledOptimizer& optimizer, bool unscale);
+  Tensor check(ScaledOptimizer& optimizer, bool unscale, size_t& checked);
 
   GradScalerOptions options_;
   Tensor scale_;           // float32 scalar on the loss's device

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
@@ -18,6 +19,7 @@
 #include <halfgrad/autograd/grad_mode.h>
 #include <halfgrad/core/atomic_file.h>
 #include <halfgrad/core/file_input.h>
+#include <halfgrad/core/json_input.h>
 #include <halfgrad/nn/safetensors_format.h>
 
 namespace halfgrad::nn {
@@ -118,15 +120,168 @@ void save(const Module& module, const std::string& path, const std::map<std::str
   save_safetensors(path, tensors, metadata);
 }
 
-LoadResult load(Module& module, const std::string& path, bool strict) {
-  SafetensorsFile file = load_safetensors(path);
+namespace {
+LoadResult load_into(Module& module, SafetensorsFile file, const std::string& path, bool strict, const char* op) {
   StateDict state;
   for (auto& [name, t] : file.tensors) state.insert(name, t);
   try {
     return module.load_state_dict(state, strict);
   } catch (const Error& e) {
-    fail("nn::load('{}'): {}", path, e.what());
+    fail("{}('{}'): {}", op, path, e.what());
   }
+}
+}  // namespace
+
+LoadResult load(Module& module, const std::string& path, bool strict) {
+  return load_into(module, load_safetensors(path), path, strict, "nn::load");
 }
 
 }  // namespace halfgrad::nn
+
+// hg::save / hg::load: the kinds of object a file can hold, in __metadata__.
+namespace halfgrad {
+
+namespace {
+
+constexpr const char* kKindKey = "halfgrad.kind";
+constexpr const char* kVersionKey = "halfgrad.version";
+constexpr const char* kVersion = "1";
+constexpr const char* kTensorName = "tensor";
+
+// What a file holds, in words, for messages.
+std::string holds(const nn::SafetensorsFile& f) {
+  const size_t n = f.tensors.size();
+  const auto kind = f.metadata.find(kKindKey);
+  if (kind == f.metadata.end())
+    return fmt::format("a plain safetensors file of {} tensor{} (no \"{}\" in its __metadata__)", n, n == 1 ? "" : "s",
+                       kKindKey);
+  const std::string& k = kind->second;
+  if (k == "tensor") return n == 1 ? fmt::format("a tensor ({})", f.tensors[0].second.describe()) : "a tensor";
+  if (k == "tensor_list") return fmt::format("a list of {} tensors", n);
+  if (k == "tensor_dict") return fmt::format("a dict of {} tensors", n);
+  if (k == "module") return fmt::format("a module's state_dict ({} tensors)", n);
+  if (k == "optimizer") {
+    const auto name = f.metadata.find("optimizer");
+    return name == f.metadata.end() ? "an optimizer's state"
+                                    : fmt::format("an optimizer's state ({})", json_input::clip(name->second));
+  }
+  return fmt::format("an object of the unknown kind \"{}\" (written by a newer halfgrad?)", json_input::clip(k));
+}
+
+// The first few names of a file's tensors, clipped (a hostile file's message stays short).
+std::string names_of(const nn::SafetensorsFile& f) {
+  std::string out;
+  for (size_t i = 0; i < std::min<size_t>(f.tensors.size(), 4); ++i)
+    out += fmt::format("{}\"{}\"", i ? ", " : "", json_input::clip(f.tensors[i].first));
+  if (f.tensors.size() > 4) out += fmt::format(", ... ({} in all)", f.tensors.size());
+  return "[" + out + "]";
+}
+
+// How to load what a file holds.
+std::string remedy(const nn::SafetensorsFile& f) {
+  const auto kind = f.metadata.find(kKindKey);
+  const std::string k = kind == f.metadata.end() ? "" : kind->second;
+  if (k == "tensor") return "load it with hg::load<hg::Tensor>(path)";
+  if (k == "tensor_list") return "load it with hg::load<std::vector<hg::Tensor>>(path)";
+  if (k == "optimizer") return "load it into an optimizer of that kind, built on the same parameters: hg::load(optimizer, path)";
+  if (k == "" || k == "tensor_dict" || k == "module")
+    return "load it with hg::load(module, path) or hg::load<std::map<std::string, hg::Tensor>>(path)";
+  return "save it again with this halfgrad";
+}
+
+}  // namespace
+
+namespace detail {
+
+std::map<std::string, std::string> kind_metadata(const char* kind) { return {{kKindKey, kind}, {kVersionKey, kVersion}}; }
+
+nn::SafetensorsFile read_kind(const std::string& path, const char* call, const std::string& asked,
+                              std::initializer_list<const char*> kinds) {
+  nn::SafetensorsFile f;
+  try {
+    f = nn::load_safetensors(path);
+  } catch (const Error& e) {
+    fail("{}('{}'), asked for {}: {}", call, path, asked, e.what());
+  }
+  const auto version = f.metadata.find(kVersionKey);
+  HG_CHECK(version == f.metadata.end() || version->second == kVersion,
+           "{}('{}'): the file has {} \"{}\", this halfgrad reads version {}; load it with the halfgrad that wrote it",
+           call, path, kVersionKey, json_input::clip(version->second), kVersion);
+  const auto kind = f.metadata.find(kKindKey);
+  const std::string k = kind == f.metadata.end() ? "" : kind->second;
+  const bool ok = std::any_of(kinds.begin(), kinds.end(), [&](const char* want) { return k == want; });
+  HG_CHECK(ok, "{}('{}'): the file holds {}, not {}; {}", call, path, holds(f), asked, remedy(f));
+  return f;
+}
+
+}  // namespace detail
+
+using detail::kind_metadata;
+using detail::read_kind;
+
+void save(const Tensor& tensor, const std::string& path) {
+  HG_CHECK(tensor.defined(), "hg::save('{}'): the tensor is undefined; there is nothing to save", path);
+  nn::save_safetensors(path, {{kTensorName, tensor}}, kind_metadata("tensor"));
+}
+
+void save(const std::vector<Tensor>& tensors, const std::string& path) {
+  std::vector<std::pair<std::string, Tensor>> named;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    HG_CHECK(tensors[i].defined(), "hg::save('{}'): tensor {} of the list is undefined; there is nothing to save for it",
+             path, i);
+    named.emplace_back(std::to_string(i), tensors[i]);
+  }
+  nn::save_safetensors(path, named, kind_metadata("tensor_list"));
+}
+
+void save(const std::map<std::string, Tensor>& tensors, const std::string& path) {
+  nn::save_safetensors(path, {tensors.begin(), tensors.end()}, kind_metadata("tensor_dict"));
+}
+
+void save(const nn::StateDict& tensors, const std::string& path) {
+  nn::save_safetensors(path, {tensors.begin(), tensors.end()}, kind_metadata("tensor_dict"));
+}
+
+void save(const nn::Module& module, const std::string& path) { nn::save(module, path, kind_metadata("module")); }
+
+namespace detail {
+
+Tensor load_tensor(const std::string& path) {
+  const nn::SafetensorsFile f = read_kind(path, "hg::load<Tensor>", "a tensor", {"tensor"});
+  HG_CHECK(f.tensors.size() == 1 && f.tensors[0].first == kTensorName,
+           "hg::load<Tensor>('{}'): a tensor file holds one tensor named \"{}\", this one holds {}; it was not "
+           "written by hg::save(tensor, path)",
+           path, kTensorName, names_of(f));
+  return f.tensors[0].second;
+}
+
+std::vector<Tensor> load_tensor_list(const std::string& path) {
+  const nn::SafetensorsFile f = read_kind(path, "hg::load<std::vector<Tensor>>", "a list of tensors", {"tensor_list"});
+  std::vector<Tensor> out;
+  for (size_t i = 0; i < f.tensors.size(); ++i) {
+    // Names "0", "1", ... in data order, as save writes them.
+    HG_CHECK(f.tensors[i].first == std::to_string(i),
+             "hg::load<std::vector<Tensor>>('{}'): tensor {} of the list is named \"{}\", expected \"{}\"; it was not "
+             "written by hg::save(tensors, path)",
+             path, i, json_input::clip(f.tensors[i].first), i);
+    out.push_back(f.tensors[i].second);
+  }
+  return out;
+}
+
+nn::StateDict load_state_dict_file(const std::string& path, const char* call) {
+  const nn::SafetensorsFile f = read_kind(path, call, "a dict of tensors", {"tensor_dict", "module", ""});
+  nn::StateDict out;
+  for (const auto& [name, t] : f.tensors) out.insert(name, t);
+  return out;
+}
+
+}  // namespace detail
+
+nn::LoadResult load(nn::Module& module, const std::string& path, bool strict) {
+  nn::SafetensorsFile f =
+      read_kind(path, "hg::load", fmt::format("a state_dict for {}", module.type_name()), {"module", "tensor_dict", ""});
+  return nn::load_into(module, std::move(f), path, strict, "hg::load");
+}
+
+}  // namespace halfgrad

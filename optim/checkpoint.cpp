@@ -156,6 +156,33 @@ std::pair<int64_t, std::string> state_key(const std::string& name, const std::st
   return {index, name.substr(dot + 1)};
 }
 
+// The optimizer's file (optimizer.safetensors in a checkpoint, hg::save's
+// optimizer file): its buffers as "state.<index>.<buffer>", its param groups
+// as JSON and its name in __metadata__ (plus `metadata`).
+void write_optimizer(const Optimizer& optimizer, const std::string& path, std::map<std::string, std::string> metadata) {
+  const OptimizerStateDict sd = optimizer.state_dict();
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const auto& [index, buffers] : sd.state)
+    for (const auto& [name, t] : buffers) tensors.emplace_back(fmt::format("state.{}.{}", index, name), t);
+  metadata["param_groups"] = param_groups_json(sd.param_groups);
+  metadata["optimizer"] = optimizer.name();
+  nn::save_safetensors(path, tensors, metadata);
+}
+
+// The state dict a file of write_optimizer holds, checked as far as it goes
+// without the optimizer (load_state_dict checks the rest).
+OptimizerStateDict read_optimizer(const nn::SafetensorsFile& f, const std::string& file) {
+  auto it = f.metadata.find("param_groups");
+  HG_CHECK(it != f.metadata.end(), "checkpoint '{}': no \"param_groups\" in __metadata__", file);
+  OptimizerStateDict sd;
+  sd.param_groups = param_groups(it->second, file);
+  for (const auto& [name, t] : f.tensors) {
+    auto [index, buffer] = state_key(name, file);
+    sd.state[index][buffer] = t;
+  }
+  return sd;
+}
+
 json read_json(const std::string& path) {
   std::error_code ec;
   HG_CHECK(fs::exists(fs::symlink_status(path, ec)), "load_checkpoint: '{}' is missing, so this is not a complete checkpoint",
@@ -244,14 +271,7 @@ void save_checkpoint(const std::string& dir, const CheckpointParts& parts) {
     json trainer = {{"format", kFormat}, {"version", kVersion}, {"epoch", parts.epoch}, {"step", parts.step},
                     {"extra", parts.extra}};
     if (parts.model != nullptr) nn::save(*parts.model, (temp / "model.safetensors").string());
-    if (parts.optimizer != nullptr) {
-      const OptimizerStateDict sd = parts.optimizer->state_dict();
-      std::vector<std::pair<std::string, Tensor>> tensors;
-      for (const auto& [index, buffers] : sd.state)
-        for (const auto& [name, t] : buffers) tensors.emplace_back(fmt::format("state.{}.{}", index, name), t);
-      nn::save_safetensors((temp / "optimizer.safetensors").string(), tensors,
-                           {{"param_groups", param_groups_json(sd.param_groups)}, {"optimizer", parts.optimizer->name()}});
-    }
+    if (parts.optimizer != nullptr) write_optimizer(*parts.optimizer, (temp / "optimizer.safetensors").string(), {});
     if (parts.scheduler != nullptr) {
       trainer["scheduler"] = scheduler_json(parts.scheduler->state_dict());
       trainer["scheduler"]["kind"] = parts.scheduler->name();
@@ -320,16 +340,7 @@ void load_checkpoint(const std::string& dir, CheckpointParts& parts) {
   std::optional<OptimizerStateDict> optimizer_state;
   if (parts.optimizer != nullptr) {
     const std::string file = saved_part("optimizer.safetensors", "optimizer");
-    nn::SafetensorsFile f = nn::load_safetensors(file);
-    auto it = f.metadata.find("param_groups");
-    HG_CHECK(it != f.metadata.end(), "checkpoint '{}': no \"param_groups\" in __metadata__", file);
-    OptimizerStateDict sd;
-    sd.param_groups = param_groups(it->second, file);
-    for (auto& [name, t] : f.tensors) {
-      auto [index, buffer] = state_key(name, file);
-      sd.state[index][buffer] = t;
-    }
-    optimizer_state = std::move(sd);
+    optimizer_state = read_optimizer(nn::load_safetensors(file), file);
   }
   std::optional<LRSchedulerState> scheduler_st;
   if (parts.scheduler != nullptr) {
@@ -451,3 +462,29 @@ std::string CheckpointManager::save(int64_t step, const CheckpointParts& parts) 
 }
 
 }  // namespace halfgrad::optim
+
+// hg::save / hg::load of an optimizer (optim/checkpoint.h): the checkpoint's
+// optimizer file, with hg::save's kind in __metadata__.
+namespace halfgrad {
+
+void save(const optim::Optimizer& optimizer, const std::string& path) {
+  optim::write_optimizer(optimizer, path, detail::kind_metadata("optimizer"));
+}
+
+void load(optim::Optimizer& optimizer, const std::string& path) {
+  const nn::SafetensorsFile f =
+      detail::read_kind(path, "hg::load", fmt::format("the state of an {} optimizer", optimizer.name()), {"optimizer"});
+  const auto name = f.metadata.find("optimizer");
+  HG_CHECK(name != f.metadata.end() && name->second == optimizer.name(),
+           "hg::load('{}'): the file holds the state of {} optimizer, which does not load into an {}; build the "
+           "optimizer the file was saved from (the same kind, on the same parameters) and load into that",
+           path, name == f.metadata.end() ? "an unnamed" : "an " + json_input::clip(name->second), optimizer.name());
+  const optim::OptimizerStateDict sd = optim::read_optimizer(f, path);
+  try {
+    optimizer.load_state_dict(sd);
+  } catch (const Error& e) {
+    fail("hg::load('{}'): {}", path, e.what());
+  }
+}
+
+}  // namespace halfgrad

@@ -78,3 +78,17 @@ class CheckpointManager {
 };
 
 }  // namespace halfgrad::optim
+
+namespace halfgrad {
+
+// torch.save(optimizer.state_dict(), path) / optimizer.load_state_dict(
+// torch.load(path)), LibTorch's torch::save(optimizer, path) /
+// torch::load(optimizer, path): the optimizer's state dict as a checkpoint's
+// optimizer file (its buffers as tensors, its param groups as JSON), written
+// atomically. load reads the file as hostile and loads through
+// load_state_dict into an optimizer of the same kind on the same parameters
+// (nothing changes on an Error). Tensors, modules: nn/safetensors.h.
+void save(const optim::Optimizer& optimizer, const std::string& path);
+void load(optim::Optimizer& optimizer, const std::string& path);
+
+}  // namespace halfgrad

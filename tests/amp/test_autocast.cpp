@@ -94,9 +94,13 @@ TEST_CASE("Only floating, non-float64 tensors on the region's device are cast", 
   hg::amp::autocast region(DeviceType::CPU);
   auto x64 = hg::randn({3, 4}, hg::float64), w64 = hg::randn({2, 4}, hg::float64);
   CHECK(hg::linear(x64, w64).dtype() == hg::float64);
-  // a CUDA region leaves CPU tensors alone
+  // a CUDA region leaves CPU tensors alone (where CUDA is available: without
+  // it the region is off, as PyTorch's, and tests/amp/test_autocast_no_cuda.cpp
+  // checks that)
   hg::amp::autocast off_cpu(DeviceType::CPU, std::nullopt, /*enabled=*/false);
   hg::amp::autocast cuda_region(DeviceType::CUDA);
+  CHECK(cuda_region.enabled() == hg::cuda::is_available());
+  CHECK(hg::amp::is_autocast_enabled(DeviceType::CUDA) == hg::cuda::is_available());
   CHECK(hg::linear(hg::randn({3, 4}), hg::randn({2, 4})).dtype() == hg::float32);
 }
 

@@ -36,19 +36,26 @@ TEST_CASE("An outer autocast guard destroyed first leaves the inner one in charg
     CHECK_FALSE(is_autocast_enabled(DeviceType::CPU));
   }
   SECTION("the middle of three goes first") {
+    // c, a CUDA region, is on where CUDA is available and off (PyTorch's
+    // warning) where it is not: either way it is a region of its own, and
+    // the CPU state must not leak into it nor its into the CPU's.
+    const bool cuda = hg::cuda::is_available();
     std::optional<autocast> a, b, c;
     a.emplace(DeviceType::CPU, hg::bfloat16);
     b.emplace(DeviceType::CPU, std::nullopt, /*enabled=*/false, /*cache_enabled=*/false);
     c.emplace(DeviceType::CUDA);
+    CHECK(c->enabled() == cuda);
     b.reset();
     CHECK(is_autocast_enabled(DeviceType::CPU));  // a's setting, b is gone
-    CHECK(is_autocast_enabled(DeviceType::CUDA));
+    CHECK(is_autocast_enabled(DeviceType::CUDA) == cuda);
     CHECK(hg::amp::is_autocast_cache_enabled());
     a.reset();
     CHECK_FALSE(is_autocast_enabled(DeviceType::CPU));
-    CHECK(is_autocast_enabled(DeviceType::CUDA));
+    CHECK(is_autocast_enabled(DeviceType::CUDA) == cuda);
+    CHECK(hg::amp::autocast_disabled_by_region(DeviceType::CUDA) == !cuda);
     c.reset();
     CHECK_FALSE(is_autocast_enabled(DeviceType::CUDA));
+    CHECK_FALSE(hg::amp::autocast_disabled_by_region(DeviceType::CUDA));
   }
   SECTION("the cast cache lives until the last guard goes") {
     auto w = hg::randn({4, 4}).requires_grad_();

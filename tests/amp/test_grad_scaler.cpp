@@ -160,7 +160,8 @@ TEST_CASE("GradScaler misuse errors", "[amp][scaler]") {
   REQUIRE_THROWS_AS(GradScaler({.growth_factor = 1.0}), hg::Error);
   REQUIRE_THROWS_AS(GradScaler({.backoff_factor = 1.0}), hg::Error);
   GradScaler scaler;
-  REQUIRE_THROWS_WITH(scaler.update(), "No inf checks were recorded prior to update.");
+  REQUIRE_THROWS_WITH(scaler.update(), Catch::Matchers::StartsWith("No inf checks were recorded prior to update.") &&
+                                           Catch::Matchers::Contains("scaler.scale(loss).backward()"));
   // float16 parameters: their grads are float16, unscaling them is refused
   auto w16 = hg::ones({3}, hg::float16).requires_grad_();
   hg::optim::SGD opt({w16}, {.lr = 0.1});
@@ -173,6 +174,48 @@ TEST_CASE("GradScaler misuse errors", "[amp][scaler]") {
   sb.scale(hg::sum(wb)).backward();
   CHECK(sb.step(optb).applied());
   CHECK(wb.to(hg::float32).sum().item<float>() == 1.5f);
+}
+
+TEST_CASE("step() when no parameter has a gradient is PyTorch's error, with the remedy", "[amp][scaler]") {
+  // PyTorch: `assert len(found_inf_per_device) > 0, "No inf checks were
+  // recorded for this optimizer."` after unscale_ found no .grad to check.
+  // (Catch2 2's `a && b` keeps references to a and b: named matchers, combined in place.)
+  const auto says_no_checks = Catch::Matchers::Contains("GradScaler.step: No inf checks were recorded for this optimizer.");
+  const auto says_remedy = Catch::Matchers::Contains("scaler.scale(loss).backward() before scaler.step(optimizer)");
+  const auto no_update = Catch::Matchers::StartsWith("No inf checks were recorded prior to update.");
+  auto w = hg::ones({2}).requires_grad_(), frozen = hg::ones({2}).requires_grad_();
+  const auto x = hg::tensor(std::vector<float>{3, 4});
+  hg::optim::SGD opt({w}, {.lr = 1.0});
+  GradScaler scaler;
+  hg::Tensor scaled = scaler.scale(toy_loss(w, x, 1.0));  // no backward yet
+  REQUIRE_THROWS_WITH(scaler.step(opt), says_no_checks && says_remedy);
+  CHECK(same_bits(w, hg::ones({2})));
+  REQUIRE_THROWS_WITH(scaler.update(), no_update);
+  CHECK(scaler.get_scale() == 65536.0);
+  // the same after an explicit unscale_ (which itself, as PyTorch's, accepts no grads)
+  scaler.unscale_(opt);
+  REQUIRE_THROWS_WITH(scaler.step(opt), says_no_checks && says_remedy);
+  REQUIRE_THROWS_WITH(scaler.update(), no_update);
+  // the optimizer is not stuck: after the backward the step is applied
+  scaled.backward();
+  CHECK(scaler.step(opt).applied());
+  CHECK(w.select(0, 1).item<float>() == -3.0f);
+  scaler.update();
+  // zero_grad() (set_to_none) between backward and step drops every gradient
+  scaler.scale(toy_loss(w, x, 1.0)).backward();
+  opt.zero_grad();
+  REQUIRE_THROWS_WITH(scaler.step(opt), says_no_checks && says_remedy);
+  CHECK(w.select(0, 1).item<float>() == -3.0f);
+  // one parameter with a gradient is enough, as in PyTorch
+  hg::optim::SGD two({w, frozen}, {.lr = 1.0});
+  scaler.scale(toy_loss(w, x, 1.0)).backward();
+  CHECK(scaler.step(two).applied());
+  CHECK(same_bits(frozen, hg::ones({2})));
+  scaler.update();
+  // a disabled scaler only calls optimizer.step(), as PyTorch's does
+  GradScaler off({.enabled = false});
+  opt.zero_grad();
+  CHECK(off.step(opt).applied());
 }
 
 TEST_CASE("A disabled scaler passes everything through", "[amp][scaler]") {
