@@ -94,7 +94,7 @@ if(HALFGRAD_WITH_CUDA)
   target_sources(halfgrad PRIVATE ${cuda_sources})
   set_target_properties(halfgrad PROPERTIES CUDA_STANDARD 20)
   target_link_libraries(halfgrad PRIVATE CUDA::cudart CUDA::cublasLt)
-  # cuDNN 9 (kernels/cuda/conv.cpp: the convolutions, on its backend graph API):
+  # cuDNN 9 (kernels/cuda/cudnn_conv.cpp: the convolutions, on its backend graph API):
   # in the toolkit's folders, or where CUDNN_ROOT / CUDNN_PATH / CUDNN_HOME
   # point (scripts/gpu-check sets them for a Python wheel's cuDNN), or on
   # CMAKE_LIBRARY_PATH / CMAKE_INCLUDE_PATH. libcudnn.so loads its

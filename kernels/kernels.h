@@ -84,7 +84,7 @@ struct ChainLayerGrad {
 int64_t linear_chain_lowest(const Tensor& dx, const std::vector<ChainLayerGrad>& layers);
 
 // Convolution with 1 to 3 spatial dims (ops/conv.cpp; CPU: kernels/cpu/conv_onednn.cpp on
-// oneDNN, CUDA: kernels/cuda/conv.cpp on cuDNN). Tensors are [N, C, *spatial]:
+// oneDNN, CUDA: kernels/cuda/cudnn_conv.cpp on cuDNN). Tensors are [N, C, *spatial]:
 //   x [N, C_in, *in], w [C_out, C_in / groups, *k], y [N, C_out, *out], bias [C_out]
 // with, per spatial dim i (floor division; the op has checked every size > 0):
 //   out[i] = (in[i] + pad_before[i] + pad_after[i] - dilation[i] * (k[i] - 1) - 1) / stride[i] + 1

@@ -168,4 +168,96 @@ HG_INLINE OutRange adaptive_containing(int64_t i, int64_t in, int64_t out) {
   return OutRange{(i * out) / in, min_i(((i + 1) * out + in - 1) / in - 1, out - 1)};
 }
 
+// ---- the window walks: one per family, forward and backward --------------------------------
+// The CPU loops (kernels/cpu/pool.cpp) and the CUDA kernels (kernels/cuda/pool.cu)
+// both call these for each output (forward) or input element (backward) of a
+// plane; x(k) and grad(k) read element k (row-major within the plane) of the
+// plane's input or output gradient in A: the only part that differs between
+// the backends. The backward is a gather (each input element adds up its
+// windows' shares: no atomics, the same order on both). max_window above is
+// max pooling's forward.
+
+// avg_pool2d, output (i, j): the window's sum over its divisor.
+template <typename A, typename X>
+HG_INLINE A avg_pool_at(int64_t i, int64_t j, int64_t H, int64_t W, const kernels::Pool2dGeometry& g, const X& x) {
+  const AvgWindow win = avg_window(i, j, H, W, g);
+  A sum = 0;
+  for (int64_t ih = win.h0; ih < win.h1; ++ih)
+    for (int64_t iw = win.w0; iw < win.w1; ++iw) sum += x(ih * W + iw);
+  return win.divisor == 0 ? A(0) : sum / static_cast<A>(win.divisor);
+}
+
+// max_pool2d's gradient at input (ih, iw): the gradients of the windows whose
+// saved argmax, index(k), is this element.
+template <typename A, typename Grad, typename Index>
+HG_INLINE A max_pool_grad_at(int64_t ih, int64_t iw, int64_t W, int64_t OH, int64_t OW,
+                             const kernels::Pool2dGeometry& g, const Grad& grad, const Index& index) {
+  const OutRange rh = windows_containing(ih, OH, g.kernel[0], g.stride[0], g.padding[0], g.dilation[0]);
+  const OutRange rw = windows_containing(iw, OW, g.kernel[1], g.stride[1], g.padding[1], g.dilation[1]);
+  const int64_t self = ih * W + iw;
+  A acc = 0;
+  for (int64_t i = rh.lo; i <= rh.hi; ++i)
+    for (int64_t j = rw.lo; j <= rw.hi; ++j)
+      if (index(i * OW + j) == self) acc += grad(i * OW + j);
+  return acc;
+}
+
+// avg_pool2d's gradient at input (ih, iw): each window holding it gives g / divisor.
+template <typename A, typename Grad>
+HG_INLINE A avg_pool_grad_at(int64_t ih, int64_t iw, int64_t H, int64_t W, int64_t OH, int64_t OW,
+                             const kernels::Pool2dGeometry& g, const Grad& grad) {
+  const OutRange rh = windows_containing(ih, OH, g.kernel[0], g.stride[0], g.padding[0], 1);
+  const OutRange rw = windows_containing(iw, OW, g.kernel[1], g.stride[1], g.padding[1], 1);
+  A acc = 0;
+  for (int64_t i = rh.lo; i <= rh.hi; ++i)
+    for (int64_t j = rw.lo; j <= rw.hi; ++j) {
+      const AvgWindow win = avg_window(i, j, H, W, g);
+      if (win.divisor == 0 || ih < win.h0 || ih >= win.h1 || iw < win.w0 || iw >= win.w1) continue;
+      acc += grad(i * OW + j) / static_cast<A>(win.divisor);
+    }
+  return acc;
+}
+
+// One axis of an adaptive pool, computed: the windows [lo, hi] that contain
+// input position p, and window i's [start, end). The CPU's backward looks the
+// same answers up in tables (kernels/cpu/pool.cpp's AdaptiveAxis, the same
+// three functions).
+struct AdaptiveAxisMath {
+  int64_t in, out;
+  HG_INLINE OutRange containing(int64_t p) const { return adaptive_containing(p, in, out); }
+  HG_INLINE int64_t start(int64_t i) const { return adaptive_start(i, in, out); }
+  HG_INLINE int64_t end(int64_t i) const { return adaptive_end(i, in, out); }
+};
+
+// adaptive_avg_pool2d, output (i, j): the mean of its window.
+template <typename A, typename X>
+HG_INLINE A adaptive_avg_at(int64_t i, int64_t j, int64_t H, int64_t W, int64_t OH, int64_t OW, const X& x) {
+  const int64_t h0 = adaptive_start(i, H, OH), h1 = adaptive_end(i, H, OH);
+  const int64_t w0 = adaptive_start(j, W, OW), w1 = adaptive_end(j, W, OW);
+  A sum = 0;
+  for (int64_t ih = h0; ih < h1; ++ih)
+    for (int64_t iw = w0; iw < w1; ++iw) sum += x(ih * W + iw);
+  return sum / static_cast<A>((h1 - h0) * (w1 - w0));
+}
+
+// adaptive_avg_pool2d's gradient at input (ih, iw): each window holding it
+// gives g / its size. ah, aw: an AdaptiveAxisMath or a table with the same calls.
+template <typename A, typename AxisH, typename AxisW, typename Grad>
+HG_INLINE A adaptive_avg_grad_at(int64_t ih, int64_t iw, const AxisH& ah, const AxisW& aw, int64_t OW,
+                                 const Grad& grad) {
+  A acc = 0;
+  if (ah.out == 0 || aw.out == 0) return acc;
+  const OutRange rh = ah.containing(ih);
+  const OutRange rw = aw.containing(iw);
+  for (int64_t i = rh.lo; i <= rh.hi; ++i) {
+    const int64_t h0 = ah.start(i), h1 = ah.end(i);
+    for (int64_t j = rw.lo; j <= rw.hi; ++j) {
+      const int64_t w0 = aw.start(j), w1 = aw.end(j);
+      if (ih < h0 || ih >= h1 || iw < w0 || iw >= w1) continue;
+      acc += grad(i * OW + j) / static_cast<A>((h1 - h0) * (w1 - w0));
+    }
+  }
+  return acc;
+}
+
 }  // namespace halfgrad::math

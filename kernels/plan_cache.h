@@ -2,7 +2,7 @@
 // PlanCache<Key, Plan>: what a library call was planned into, made once per
 // key and shared (internal). One class for the three libraries that plan:
 // cuBLASLt (a matmul descriptor, layouts and the heuristic's algorithm,
-// kernels/cuda/gemm.cu), cuDNN (an execution plan, kernels/cuda/conv.cpp) and
+// kernels/cuda/gemm.cu), cuDNN (an execution plan, kernels/cuda/cudnn_conv.cpp) and
 // oneDNN (a primitive with its reorders, kernels/cpu/).
 //
 //  - A hit takes a shared lock only: threads that run known shapes never wait

@@ -60,22 +60,12 @@ void max_pool2d_backward(const Tensor& g, const Tensor& indices, const kernels::
     const int64_t* ip = kernel_ptr<const int64_t>(indices);
     scalar_t* dp = kernel_ptr<scalar_t>(dx);
     parallel_for(p, p * h * w > kNormPoolParallelWork, [&](int64_t pl) {
-      for (int64_t ih = 0; ih < h; ++ih) {
-        const math::OutRange rh =
-            math::windows_containing(ih, oh, geo.kernel[0], geo.stride[0], geo.padding[0], geo.dilation[0]);
-        for (int64_t iw = 0; iw < w; ++iw) {
-          const math::OutRange rw =
-              math::windows_containing(iw, ow, geo.kernel[1], geo.stride[1], geo.padding[1], geo.dilation[1]);
-          const int64_t self = ih * w + iw;
-          A acc = 0;
-          for (int64_t i = rh.lo; i <= rh.hi; ++i)
-            for (int64_t j = rw.lo; j <= rw.hi; ++j) {
-              const int64_t o = lo.at(pl, i * ow + j);
-              if (ip[o] == self) acc += static_cast<A>(gp[o]);
-            }
-          dp[li.at(pl, self)] = static_cast<scalar_t>(acc);
-        }
-      }
+      auto grad = [gp, pl, lo](int64_t k) { return static_cast<A>(gp[lo.at(pl, k)]); };
+      auto index = [ip, pl, lo](int64_t k) { return ip[lo.at(pl, k)]; };
+      for (int64_t ih = 0; ih < h; ++ih)
+        for (int64_t iw = 0; iw < w; ++iw)
+          dp[li.at(pl, ih * w + iw)] =
+              static_cast<scalar_t>(math::max_pool_grad_at<A>(ih, iw, w, oh, ow, geo, grad, index));
     });
   });
 }
@@ -90,16 +80,10 @@ void avg_pool2d(const Tensor& x, const kernels::Pool2dGeometry& g, const Tensor&
     scalar_t* yp = kernel_ptr<scalar_t>(y);
     const int64_t work = p * oh * ow * g.kernel[0] * g.kernel[1];
     parallel_for(p, work > kNormPoolParallelWork, [&](int64_t pl) {
-      for (int64_t i = 0; i < oh; ++i) {
-        for (int64_t j = 0; j < ow; ++j) {
-          const math::AvgWindow win = math::avg_window(i, j, h, w, g);
-          A sum = 0;
-          for (int64_t ih = win.h0; ih < win.h1; ++ih)
-            for (int64_t iw = win.w0; iw < win.w1; ++iw) sum += static_cast<A>(xp[li.at(pl, ih * w + iw)]);
-          yp[lo.at(pl, i * ow + j)] =
-              static_cast<scalar_t>(win.divisor == 0 ? A(0) : sum / static_cast<A>(win.divisor));
-        }
-      }
+      auto load = [xp, pl, li](int64_t k) { return static_cast<A>(xp[li.at(pl, k)]); };
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j)
+          yp[lo.at(pl, i * ow + j)] = static_cast<scalar_t>(math::avg_pool_at<A>(i, j, h, w, g, load));
     });
   });
 }
@@ -113,21 +97,11 @@ void avg_pool2d_backward(const Tensor& g, const kernels::Pool2dGeometry& geo, co
     const scalar_t* gp = kernel_ptr<const scalar_t>(g);
     scalar_t* dp = kernel_ptr<scalar_t>(dx);
     parallel_for(p, p * h * w > kNormPoolParallelWork, [&](int64_t pl) {
-      for (int64_t ih = 0; ih < h; ++ih) {
-        const math::OutRange rh = math::windows_containing(ih, oh, geo.kernel[0], geo.stride[0], geo.padding[0], 1);
-        for (int64_t iw = 0; iw < w; ++iw) {
-          const math::OutRange rw =
-              math::windows_containing(iw, ow, geo.kernel[1], geo.stride[1], geo.padding[1], 1);
-          A acc = 0;
-          for (int64_t i = rh.lo; i <= rh.hi; ++i)
-            for (int64_t j = rw.lo; j <= rw.hi; ++j) {
-              const math::AvgWindow win = math::avg_window(i, j, h, w, geo);
-              if (win.divisor == 0 || ih < win.h0 || ih >= win.h1 || iw < win.w0 || iw >= win.w1) continue;
-              acc += static_cast<A>(gp[lo.at(pl, i * ow + j)]) / static_cast<A>(win.divisor);
-            }
-          dp[li.at(pl, ih * w + iw)] = static_cast<scalar_t>(acc);
-        }
-      }
+      auto grad = [gp, pl, lo](int64_t k) { return static_cast<A>(gp[lo.at(pl, k)]); };
+      for (int64_t ih = 0; ih < h; ++ih)
+        for (int64_t iw = 0; iw < w; ++iw)
+          dp[li.at(pl, ih * w + iw)] =
+              static_cast<scalar_t>(math::avg_pool_grad_at<A>(ih, iw, h, w, oh, ow, geo, grad));
     });
   });
 }
@@ -157,16 +131,10 @@ void adaptive_avg_pool2d(const Tensor& x, const Tensor& y) {
       return;
     }
     parallel_for(p, p * h * w > kNormPoolParallelWork, [&](int64_t pl) {
-      for (int64_t i = 0; i < oh; ++i) {
-        const int64_t h0 = math::adaptive_start(i, h, oh), h1 = math::adaptive_end(i, h, oh);
-        for (int64_t j = 0; j < ow; ++j) {
-          const int64_t w0 = math::adaptive_start(j, w, ow), w1 = math::adaptive_end(j, w, ow);
-          A sum = 0;
-          for (int64_t ih = h0; ih < h1; ++ih)
-            for (int64_t iw = w0; iw < w1; ++iw) sum += static_cast<A>(xp[li.at(pl, ih * w + iw)]);
-          yp[lo.at(pl, i * ow + j)] = static_cast<scalar_t>(sum / static_cast<A>((h1 - h0) * (w1 - w0)));
-        }
-      }
+      auto load = [xp, pl, li](int64_t k) { return static_cast<A>(xp[li.at(pl, k)]); };
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j)
+          yp[lo.at(pl, i * ow + j)] = static_cast<scalar_t>(math::adaptive_avg_at<A>(i, j, h, w, oh, ow, load));
     });
   });
 }
@@ -176,17 +144,24 @@ namespace {
 // (each lookup is two or three 64-bit divisions): the windows i in [lo, hi]
 // that contain input position p, and each window's [start, end).
 struct AdaptiveAxis {
-  std::vector<math::OutRange> containing;  // per input position
-  std::vector<int64_t> start, end;         // per window
-  AdaptiveAxis(int64_t in, int64_t out) : containing(static_cast<size_t>(in)), start(static_cast<size_t>(out)),
-                                          end(static_cast<size_t>(out)) {
+  int64_t in, out;
+  std::vector<math::OutRange> containing_;  // per input position
+  std::vector<int64_t> start_, end_;         // per window
+  AdaptiveAxis(int64_t in_, int64_t out_)
+      : in(in_), out(out_), containing_(static_cast<size_t>(in_)), start_(static_cast<size_t>(out_)),
+        end_(static_cast<size_t>(out_)) {
     if (out == 0) return;
-    for (int64_t p = 0; p < in; ++p) containing[static_cast<size_t>(p)] = math::adaptive_containing(p, in, out);
+    const math::AdaptiveAxisMath m{in, out};
+    for (int64_t p = 0; p < in; ++p) containing_[static_cast<size_t>(p)] = m.containing(p);
     for (int64_t i = 0; i < out; ++i) {
-      start[static_cast<size_t>(i)] = math::adaptive_start(i, in, out);
-      end[static_cast<size_t>(i)] = math::adaptive_end(i, in, out);
+      start_[static_cast<size_t>(i)] = m.start(i);
+      end_[static_cast<size_t>(i)] = m.end(i);
     }
   }
+  // math::AdaptiveAxisMath's calls, looked up
+  math::OutRange containing(int64_t p) const { return containing_[static_cast<size_t>(p)]; }
+  int64_t start(int64_t i) const { return start_[static_cast<size_t>(i)]; }
+  int64_t end(int64_t i) const { return end_[static_cast<size_t>(i)]; }
 };
 }  // namespace
 
@@ -221,24 +196,10 @@ void adaptive_avg_pool2d_backward(const Tensor& g, const Tensor& dx) {
       return;
     }
     parallel_for(p, p * h * w > kNormPoolParallelWork, [&](int64_t pl) {
-      for (int64_t ih = 0; ih < h; ++ih) {
-        for (int64_t iw = 0; iw < w; ++iw) {
-          A acc = 0;
-          if (oh > 0 && ow > 0) {
-            const math::OutRange rh = ah.containing[static_cast<size_t>(ih)];
-            const math::OutRange rw = aw.containing[static_cast<size_t>(iw)];
-            for (int64_t i = rh.lo; i <= rh.hi; ++i) {
-              const int64_t h0 = ah.start[static_cast<size_t>(i)], h1 = ah.end[static_cast<size_t>(i)];
-              for (int64_t j = rw.lo; j <= rw.hi; ++j) {
-                const int64_t w0 = aw.start[static_cast<size_t>(j)], w1 = aw.end[static_cast<size_t>(j)];
-                if (ih < h0 || ih >= h1 || iw < w0 || iw >= w1) continue;
-                acc += static_cast<A>(gp[lo.at(pl, i * ow + j)]) / static_cast<A>((h1 - h0) * (w1 - w0));
-              }
-            }
-          }
-          dp[li.at(pl, ih * w + iw)] = static_cast<scalar_t>(acc);
-        }
-      }
+      auto grad = [gp, pl, lo](int64_t k) { return static_cast<A>(gp[lo.at(pl, k)]); };
+      for (int64_t ih = 0; ih < h; ++ih)
+        for (int64_t iw = 0; iw < w; ++iw)
+          dp[li.at(pl, ih * w + iw)] = static_cast<scalar_t>(math::adaptive_avg_grad_at<A>(ih, iw, ah, aw, ow, grad));
     });
   });
 }

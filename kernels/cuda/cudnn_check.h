@@ -5,7 +5,7 @@
 // where it happened. HG_CUDNN_CHECK_CTX(call, context) adds a description of
 // the problem (op, dtypes, shapes); `context` is an expression evaluated only
 // on failure, so building the string costs nothing on the hot path.
-// For host files built with the CUDA include path (kernels/cuda/conv.cpp).
+// For host files built with the CUDA include path (kernels/cuda/cudnn_conv.cpp).
 #include <cudnn.h>
 
 #include <string>

@@ -1,7 +1,7 @@
 #pragma once
 // PerDevice<T>: one T per CUDA device (a library handle and what goes with
 // it), made on first use and never destroyed (internal). Shared by the
-// cuBLASLt handles (gemm.cu) and the cuDNN handles (conv.cpp); their plans
+// cuBLASLt handles (gemm.cu) and the cuDNN handles (cudnn_conv.cpp); their plans
 // live in a kernels::PlanCache (kernels/plan_cache.h).
 //
 // Made under std::call_once, in relaxed CUDA-graph capture mode (creating a

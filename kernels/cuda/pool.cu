@@ -16,7 +16,6 @@ namespace {
 template <typename T>
 using stat_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
-
 template <typename T>
 __device__ __forceinline__ stat_t<T> ld(const storage_t<T>* p, int64_t i) {
   return static_cast<stat_t<T>>(Elem<T>::load(p[i]));
@@ -68,18 +67,9 @@ __global__ void __launch_bounds__(kThreads)
   HG_GRID_STRIDE(e, d.p * d.h * d.w) {
     int64_t pl, self;
     d.in.locate(e, pl, self);
-    const int64_t iw = self % d.w, ih = self / d.w;
-    const math::OutRange rh =
-        math::windows_containing(ih, d.oh, geo.kernel[0], geo.stride[0], geo.padding[0], geo.dilation[0]);
-    const math::OutRange rw =
-        math::windows_containing(iw, d.ow, geo.kernel[1], geo.stride[1], geo.padding[1], geo.dilation[1]);
-    A acc = 0;
-    for (int64_t i = rh.lo; i <= rh.hi; ++i)
-      for (int64_t j = rw.lo; j <= rw.hi; ++j) {
-        const int64_t o = d.out.at(pl, i * d.ow + j);
-        if (idx[o] == self) acc += ld<T>(g, o);
-      }
-    dx[e] = st<T>(acc);
+    auto grad = [&](int64_t k) { return ld<T>(g, d.out.at(pl, k)); };
+    auto index = [&](int64_t k) { return idx[d.out.at(pl, k)]; };
+    dx[e] = st<T>(math::max_pool_grad_at<A>(self / d.w, self % d.w, d.w, d.oh, d.ow, geo, grad, index));
   }
 }
 
@@ -91,12 +81,7 @@ __global__ void __launch_bounds__(kThreads)
   HG_GRID_STRIDE(o, d.p * d.oh * d.ow) {
     int64_t pl, k;
     d.out.locate(o, pl, k);
-    const int64_t j = k % d.ow, i = k / d.ow;
-    const math::AvgWindow win = math::avg_window(i, j, d.h, d.w, g);
-    A sum = 0;
-    for (int64_t ih = win.h0; ih < win.h1; ++ih)
-      for (int64_t iw = win.w0; iw < win.w1; ++iw) sum += ld<T>(x, d.in.at(pl, ih * d.w + iw));
-    y[o] = st<T>(win.divisor == 0 ? A(0) : sum / static_cast<A>(win.divisor));
+    y[o] = st<T>(math::avg_pool_at<A>(k / d.ow, k % d.ow, d.h, d.w, g, PlaneLoad<T>{x, d.in, pl}));
   }
 }
 
@@ -108,17 +93,8 @@ __global__ void __launch_bounds__(kThreads)
   HG_GRID_STRIDE(e, d.p * d.h * d.w) {
     int64_t pl, k;
     d.in.locate(e, pl, k);
-    const int64_t iw = k % d.w, ih = k / d.w;
-    const math::OutRange rh = math::windows_containing(ih, d.oh, geo.kernel[0], geo.stride[0], geo.padding[0], 1);
-    const math::OutRange rw = math::windows_containing(iw, d.ow, geo.kernel[1], geo.stride[1], geo.padding[1], 1);
-    A acc = 0;
-    for (int64_t i = rh.lo; i <= rh.hi; ++i)
-      for (int64_t j = rw.lo; j <= rw.hi; ++j) {
-        const math::AvgWindow win = math::avg_window(i, j, d.h, d.w, geo);
-        if (win.divisor == 0 || ih < win.h0 || ih >= win.h1 || iw < win.w0 || iw >= win.w1) continue;
-        acc += ld<T>(g, d.out.at(pl, i * d.ow + j)) / static_cast<A>(win.divisor);
-      }
-    dx[e] = st<T>(acc);
+    auto grad = [&](int64_t o) { return ld<T>(g, d.out.at(pl, o)); };
+    dx[e] = st<T>(math::avg_pool_grad_at<A>(k / d.w, k % d.w, d.h, d.w, d.oh, d.ow, geo, grad));
   }
 }
 
@@ -129,13 +105,7 @@ __global__ void __launch_bounds__(kThreads)
   HG_GRID_STRIDE(o, d.p * d.oh * d.ow) {
     int64_t pl, k;
     d.out.locate(o, pl, k);
-    const int64_t j = k % d.ow, i = k / d.ow;
-    const int64_t h0 = math::adaptive_start(i, d.h, d.oh), h1 = math::adaptive_end(i, d.h, d.oh);
-    const int64_t w0 = math::adaptive_start(j, d.w, d.ow), w1 = math::adaptive_end(j, d.w, d.ow);
-    A sum = 0;
-    for (int64_t ih = h0; ih < h1; ++ih)
-      for (int64_t iw = w0; iw < w1; ++iw) sum += ld<T>(x, d.in.at(pl, ih * d.w + iw));
-    y[o] = st<T>(sum / static_cast<A>((h1 - h0) * (w1 - w0)));
+    y[o] = st<T>(math::adaptive_avg_at<A>(k / d.ow, k % d.ow, d.h, d.w, d.oh, d.ow, PlaneLoad<T>{x, d.in, pl}));
   }
 }
 
@@ -146,21 +116,9 @@ __global__ void __launch_bounds__(kThreads)
   HG_GRID_STRIDE(e, d.p * d.h * d.w) {
     int64_t pl, k;
     d.in.locate(e, pl, k);
-    const int64_t iw = k % d.w, ih = k / d.w;
-    A acc = 0;
-    if (d.oh > 0 && d.ow > 0) {
-      const math::OutRange rh = math::adaptive_containing(ih, d.h, d.oh);
-      const math::OutRange rw = math::adaptive_containing(iw, d.w, d.ow);
-      for (int64_t i = rh.lo; i <= rh.hi; ++i) {
-        const int64_t h0 = math::adaptive_start(i, d.h, d.oh), h1 = math::adaptive_end(i, d.h, d.oh);
-        for (int64_t j = rw.lo; j <= rw.hi; ++j) {
-          const int64_t w0 = math::adaptive_start(j, d.w, d.ow), w1 = math::adaptive_end(j, d.w, d.ow);
-          if (ih < h0 || ih >= h1 || iw < w0 || iw >= w1) continue;
-          acc += ld<T>(g, d.out.at(pl, i * d.ow + j)) / static_cast<A>((h1 - h0) * (w1 - w0));
-        }
-      }
-    }
-    dx[e] = st<T>(acc);
+    auto grad = [&](int64_t o) { return ld<T>(g, d.out.at(pl, o)); };
+    const math::AdaptiveAxisMath ah{d.h, d.oh}, aw{d.w, d.ow};
+    dx[e] = st<T>(math::adaptive_avg_grad_at<A>(k / d.w, k % d.w, ah, aw, d.ow, grad));
   }
 }
 

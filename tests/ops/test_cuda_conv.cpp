@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include <halfgrad/kernels/cuda/conv.h>
+#include <halfgrad/kernels/cuda/cudnn_conv.h>
 
 #include "cuda_compare.h"
 #include "test_util.h"

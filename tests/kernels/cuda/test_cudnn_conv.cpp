@@ -1,4 +1,4 @@
-// The cuDNN convolution backend (kernels/cuda/conv.cpp: kernels::cuda::conv_forward /
+// The cuDNN convolution backend (kernels/cuda/cudnn_conv.cpp: kernels::cuda::conv_forward /
 // conv_backward_data / conv_backward_weight) called directly on device
 // tensors, against a naive float64 convolution computed here on the CPU from
 // the same rounded inputs: 1-d, 2-d and 3-d, strides, asymmetric padding,
@@ -30,7 +30,7 @@ TEST_CASE("cudnn_allow_tf32 defaults to true, as PyTorch's torch.backends.cudnn.
 #include <string>
 #include <vector>
 
-#include <halfgrad/kernels/cuda/conv.h>
+#include <halfgrad/kernels/cuda/cudnn_conv.h>
 #include <halfgrad/kernels/cuda/cuda_kernels.h>
 #include <halfgrad/kernels/kernels.h>
 

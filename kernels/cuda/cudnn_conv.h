@@ -1,5 +1,5 @@
 #pragma once
-// Internal (not installed): what the cuDNN convolution backend (kernels/cuda/conv.cpp)
+// Internal (not installed): what the cuDNN convolution backend (kernels/cuda/cudnn_conv.cpp)
 // shows its tests. A plain C++ header (no CUDA includes).
 #include <cstdint>
 

@@ -43,7 +43,7 @@
 #include <halfgrad/core/alias.h>
 #include <halfgrad/core/cuda/check.h>
 #include <halfgrad/core/error.h>
-#include <halfgrad/kernels/cuda/conv.h>
+#include <halfgrad/kernels/cuda/cudnn_conv.h>
 #include <halfgrad/kernels/cuda/cuda_kernels.h>
 #include <halfgrad/kernels/cuda/cudnn_check.h>
 #include <halfgrad/kernels/cuda/per_device.h>
