@@ -7,10 +7,16 @@
 #include <cmath>
 #include <cstdint>
 
+#include <halfgrad/core/dtype.h>
 #include <halfgrad/core/macros.h>
 #include <halfgrad/kernels/kernels.h>
 
 namespace halfgrad::math {
+
+// What batch norm's statistics and pooling's sums run in: the dtype's compute
+// type (core/dtype.h), float64 for float64 data and float32 for the others.
+template <typename T>
+using stat_t = acc_t<T>;
 
 // ---- batch norm (A: float or double) ---------------------------------------------------------
 // y = (x - mean) * invstd * w + b, in that order (as PyTorch's CPU kernel rounds it).

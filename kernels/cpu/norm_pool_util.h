@@ -6,12 +6,11 @@
 
 #include <halfgrad/core/tensor.h>
 #include <halfgrad/kernels/kernel_ptr.h>
+#include <halfgrad/kernels/norm_pool_math.h>
 
 namespace halfgrad::kernels::cpu {
 
-// float64 for float64 data, else float32 (half types compute in float32).
-template <typename T>
-using stat_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+using math::stat_t;  // the accumulation type (kernels/norm_pool_math.h)
 
 // Below this many elements of work a loop stays on one thread.
 constexpr int64_t kNormPoolParallelWork = 32768;

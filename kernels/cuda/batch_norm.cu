@@ -19,14 +19,7 @@ namespace halfgrad::kernels::cuda {
 
 namespace {
 
-template <typename T>
-using stat_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
-
-
-template <typename T>
-__device__ __forceinline__ stat_t<T> ld(const storage_t<T>* p, int64_t i) {
-  return static_cast<stat_t<T>>(Elem<T>::load(p[i]));
-}
+using math::stat_t;
 
 // Calls f(offset) for this thread's share of channel ch's elements of [N, C, S]:
 // along each row when rows are long, else over the flattened N * S elements.
@@ -55,11 +48,11 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t ch = blockIdx.x;
   const A count = static_cast<A>(n * s);
   A sum = 0;
-  for_channel(n, c, s, ch, [&](int64_t o) { sum += ld<T>(x, o); });
+  for_channel(n, c, s, ch, [&](int64_t o) { sum += ld_stat<T>(x, o); });
   const A m = block_allreduce(sum, SumOp{}, smem) / count;
   A sq = 0;
   for_channel(n, c, s, ch, [&](int64_t o) {
-    const A d = ld<T>(x, o) - m;
+    const A d = ld_stat<T>(x, o) - m;
     sq += d * d;
   });
   const A var = block_allreduce(sq, SumOp{}, smem) / count;
@@ -83,7 +76,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t ch = (e / s) % c;
-    const A r = math::bn_forward<A>(ld<T>(x, e), mean[ch], invstd[ch], w ? w[ch] : A(1), b ? b[ch] : A(0));
+    const A r = math::bn_forward<A>(ld_stat<T>(x, e), mean[ch], invstd[ch], w ? w[ch] : A(1), b ? b[ch] : A(0));
     y[e] = Elem<T>::store(static_cast<acc_t<T>>(r));
   }
 }
@@ -101,9 +94,9 @@ __global__ void __launch_bounds__(kThreads)
   const A m = mean[ch];
   A sg = 0, sgx = 0;
   for_channel(n, c, s, ch, [&](int64_t o) {
-    const A gv = ld<T>(g, o);
+    const A gv = ld_stat<T>(g, o);
     sg += gv;
-    sgx += gv * (ld<T>(x, o) - m);
+    sgx += gv * (ld_stat<T>(x, o) - m);
   });
   sg = block_allreduce(sg, SumOp{}, smem);
   sgx = block_allreduce(sgx, SumOp{}, smem);
@@ -130,9 +123,9 @@ __global__ void __launch_bounds__(kThreads)
       const A cnt = static_cast<A>(count);
       const A mean_g = sums[ch] / cnt;
       const A k = sums[c + ch] / cnt * inv * inv;
-      r = math::bn_backward_train<A>(ld<T>(g, e), ld<T>(x, e), mean[ch], inv, wv, mean_g, k);
+      r = math::bn_backward_train<A>(ld_stat<T>(g, e), ld_stat<T>(x, e), mean[ch], inv, wv, mean_g, k);
     } else {
-      r = math::bn_backward_eval<A>(ld<T>(g, e), inv, wv);
+      r = math::bn_backward_eval<A>(ld_stat<T>(g, e), inv, wv);
     }
     dx[e] = Elem<T>::store(static_cast<acc_t<T>>(r));
   }

@@ -113,6 +113,17 @@ struct Elem<BFloat16> {
 template <typename T>
 using storage_t = typename Elem<T>::storage;
 
+// Element i of p in its compute type (acc_t: float64 for float64, float32 for
+// the rest), and a value back with one rounding (batch norm, pooling).
+template <typename T>
+__device__ __forceinline__ acc_t<T> ld_stat(const storage_t<T>* p, int64_t i) {
+  return Elem<T>::load(p[i]);
+}
+template <typename T>
+__device__ __forceinline__ storage_t<T> st_stat(acc_t<T> v) {
+  return Elem<T>::store(v);
+}
+
 // The raw unsigned type of an element size (dtype-blind copies and fills).
 template <size_t Bytes>
 using raw_t = std::conditional_t<Bytes == 1, uint8_t,

@@ -13,17 +13,7 @@ namespace halfgrad::kernels::cuda {
 
 namespace {
 
-template <typename T>
-using stat_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
-
-template <typename T>
-__device__ __forceinline__ stat_t<T> ld(const storage_t<T>* p, int64_t i) {
-  return static_cast<stat_t<T>>(Elem<T>::load(p[i]));
-}
-template <typename T>
-__device__ __forceinline__ storage_t<T> st(stat_t<T> v) {
-  return Elem<T>::store(static_cast<acc_t<T>>(v));
-}
+using math::stat_t;
 
 // Reads element i of plane pl in the compute type (max_window's loader).
 template <typename T>
@@ -31,7 +21,7 @@ struct PlaneLoad {
   const storage_t<T>* p;
   math::PlaneLayout layout;
   int64_t pl;
-  __device__ __forceinline__ stat_t<T> operator()(int64_t i) const { return ld<T>(p, layout.at(pl, i)); }
+  __device__ __forceinline__ stat_t<T> operator()(int64_t i) const { return ld_stat<T>(p, layout.at(pl, i)); }
 };
 
 // Threads index memory offsets of the output (forward) or input (backward):
@@ -54,7 +44,7 @@ __global__ void __launch_bounds__(kThreads)
     A best;
     int64_t arg;
     math::max_window<A>(i, j, d.h, d.w, g, PlaneLoad<T>{x, d.in, pl}, best, arg);
-    y[o] = st<T>(best);
+    y[o] = st_stat<T>(best);
     idx[o] = arg;
   }
 }
@@ -67,9 +57,9 @@ __global__ void __launch_bounds__(kThreads)
   HG_GRID_STRIDE(e, d.p * d.h * d.w) {
     int64_t pl, self;
     d.in.locate(e, pl, self);
-    auto grad = [&](int64_t k) { return ld<T>(g, d.out.at(pl, k)); };
+    auto grad = [&](int64_t k) { return ld_stat<T>(g, d.out.at(pl, k)); };
     auto index = [&](int64_t k) { return idx[d.out.at(pl, k)]; };
-    dx[e] = st<T>(math::max_pool_grad_at<A>(self / d.w, self % d.w, d.w, d.oh, d.ow, geo, grad, index));
+    dx[e] = st_stat<T>(math::max_pool_grad_at<A>(self / d.w, self % d.w, d.w, d.oh, d.ow, geo, grad, index));
   }
 }
 
@@ -81,7 +71,7 @@ __global__ void __launch_bounds__(kThreads)
   HG_GRID_STRIDE(o, d.p * d.oh * d.ow) {
     int64_t pl, k;
     d.out.locate(o, pl, k);
-    y[o] = st<T>(math::avg_pool_at<A>(k / d.ow, k % d.ow, d.h, d.w, g, PlaneLoad<T>{x, d.in, pl}));
+    y[o] = st_stat<T>(math::avg_pool_at<A>(k / d.ow, k % d.ow, d.h, d.w, g, PlaneLoad<T>{x, d.in, pl}));
   }
 }
 
@@ -93,8 +83,8 @@ __global__ void __launch_bounds__(kThreads)
   HG_GRID_STRIDE(e, d.p * d.h * d.w) {
     int64_t pl, k;
     d.in.locate(e, pl, k);
-    auto grad = [&](int64_t o) { return ld<T>(g, d.out.at(pl, o)); };
-    dx[e] = st<T>(math::avg_pool_grad_at<A>(k / d.w, k % d.w, d.h, d.w, d.oh, d.ow, geo, grad));
+    auto grad = [&](int64_t o) { return ld_stat<T>(g, d.out.at(pl, o)); };
+    dx[e] = st_stat<T>(math::avg_pool_grad_at<A>(k / d.w, k % d.w, d.h, d.w, d.oh, d.ow, geo, grad));
   }
 }
 
@@ -105,7 +95,7 @@ __global__ void __launch_bounds__(kThreads)
   HG_GRID_STRIDE(o, d.p * d.oh * d.ow) {
     int64_t pl, k;
     d.out.locate(o, pl, k);
-    y[o] = st<T>(math::adaptive_avg_at<A>(k / d.ow, k % d.ow, d.h, d.w, d.oh, d.ow, PlaneLoad<T>{x, d.in, pl}));
+    y[o] = st_stat<T>(math::adaptive_avg_at<A>(k / d.ow, k % d.ow, d.h, d.w, d.oh, d.ow, PlaneLoad<T>{x, d.in, pl}));
   }
 }
 
@@ -116,9 +106,9 @@ __global__ void __launch_bounds__(kThreads)
   HG_GRID_STRIDE(e, d.p * d.h * d.w) {
     int64_t pl, k;
     d.in.locate(e, pl, k);
-    auto grad = [&](int64_t o) { return ld<T>(g, d.out.at(pl, o)); };
+    auto grad = [&](int64_t o) { return ld_stat<T>(g, d.out.at(pl, o)); };
     const math::AdaptiveAxisMath ah{d.h, d.oh}, aw{d.w, d.ow};
-    dx[e] = st<T>(math::adaptive_avg_grad_at<A>(k / d.w, k % d.w, ah, aw, d.ow, grad));
+    dx[e] = st_stat<T>(math::adaptive_avg_grad_at<A>(k / d.w, k % d.w, ah, aw, d.ow, grad));
   }
 }
 
