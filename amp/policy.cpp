@@ -131,7 +131,7 @@ constexpr Builtin kCpu[] = {
       "to_device", "fill", "copy", "sort", "argsort", "topk", "min", "argmin", "amax", "amin", "all", "any",     \
       "isclose", "isnan", "isinf", "isfinite", "remainder", "fmod", "index_select", "gather", "scatter",       \
       "masked_fill", "one_hot", "batch_norm", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "hardswish", \
-      "hardsigmoid", "relu6"
+      "hardsigmoid", "relu6", "sin", "cos", "erf", "floor", "round", "sign", "var", "std"
 constexpr std::string_view kNoRowCuda[] = {HG_NO_ROW_BOTH};
 // PyTorch's CPU lists are shorter: these take fp32 (or promote: scatter_add,
 // index_put) on CUDA only.

@@ -15,7 +15,7 @@ add_library(halfgrad SHARED
   autograd/engine.cpp autograd/record.cpp
   amp/autocast.cpp amp/policy.cpp amp/scaler_kernels.cpp amp/grad_scaler.cpp amp/grad_norm.cpp amp/numerics.cpp amp/monitor.cpp
   amp/anomaly.cpp
-  kernels/router.cpp kernels/common.cpp kernels/numeric_settings.cpp
+  kernels/router.cpp kernels/common.cpp kernels/numeric_settings.cpp kernels/cpu/threads.cpp
   kernels/cpu/elementwise.cpp kernels/cpu/reduce.cpp kernels/cpu/softmax.cpp kernels/cpu/random.cpp kernels/cpu/matmul.cpp
   kernels/cpu/linear_chain.cpp kernels/cpu/gemm.cpp kernels/cpu/sort.cpp kernels/cpu/index.cpp kernels/cpu/conv_direct.cpp
   kernels/cpu/batch_norm.cpp kernels/cpu/pool.cpp
@@ -47,7 +47,7 @@ set(HALFGRAD_PUBLIC_HEADERS
     dispatch/grad_mode.h
     autograd/grad_mode.h autograd/gradcheck.h autograd/hooks.h
     amp/anomaly.h amp/autocast.h amp/grad_scaler.h amp/monitor.h amp/policy.h amp/numerics.h
-    kernels/activation.h kernels/numeric_settings.h ops/activation.h ops/size_arg.h ops/indexing_ops.h ops/loss_options.h ops/operators.h ops/ops.h ops/sort_ops.h
+    kernels/activation.h kernels/numeric_settings.h kernels/threads.h ops/activation.h ops/size_arg.h ops/indexing_ops.h ops/loss_options.h ops/operators.h ops/ops.h ops/sort_ops.h
     ops/conv_ops.h ops/norm_pool_ops.h
     nn/activation.h nn/batchnorm.h nn/conv.h nn/dropout.h nn/flatten.h nn/functional.h nn/init.h nn/linear.h nn/loss.h
     nn/module.h nn/nn.h nn/pooling.h nn/models/mobilenet_v3.h

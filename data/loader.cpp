@@ -14,6 +14,7 @@
 // copies in flight before it frees the buffers.
 #include <halfgrad/data/loader.h>
 
+#include <charconv>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -385,6 +386,37 @@ DataLoader::Iterator& DataLoader::Iterator::operator++() {
                       "(begin(), set_state() or set_epoch() started another)");
   if (!loader_->advance()) loader_ = nullptr;
   return *this;
+}
+
+void save_position(const DataLoader& loader, std::map<std::string, std::string>& extra, const std::string& key) {
+  const DataLoaderState s = loader.state();
+  extra[key + ".seed"] = std::to_string(s.seed);
+  extra[key + ".epoch"] = std::to_string(s.epoch);
+  extra[key + ".batch"] = std::to_string(s.batch);
+}
+
+namespace {
+// One entry, whole and in range, or an Error naming it (the map comes from a file).
+template <typename T>
+T position_entry(const std::map<std::string, std::string>& extra, const std::string& name) {
+  const auto it = extra.find(name);
+  HG_CHECK(it != extra.end(),
+           "restore_position: the checkpoint has no data loader position ('{}' is missing); save it with "
+           "data::save_position(loader, parts.extra) before save_checkpoint, or choose the epoch with set_epoch",
+           name);
+  T v{};
+  const std::string& text = it->second;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  HG_CHECK(ec == std::errc() && end == text.data() + text.size() && !text.empty(),
+           "restore_position: the checkpoint's '{}' is '{}', not a whole number in range", name,
+           text.substr(0, 40));
+  return v;
+}
+}  // namespace
+
+void restore_position(DataLoader& loader, const std::map<std::string, std::string>& extra, const std::string& key) {
+  loader.set_state({position_entry<uint64_t>(extra, key + ".seed"), position_entry<int64_t>(extra, key + ".epoch"),
+                    position_entry<int64_t>(extra, key + ".batch")});
 }
 
 }  // namespace halfgrad::data

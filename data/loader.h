@@ -20,8 +20,10 @@
 //    is one index_select for a TensorDataset, cheap enough for one thread.
 #include <concepts>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <type_traits>
 
 #include <halfgrad/core/device.h>
@@ -149,5 +151,15 @@ class DataLoader {
   std::shared_ptr<void> alive_ = std::make_shared<char>();
   std::unique_ptr<Staging> staging_;
 };
+
+// The loader's position in a checkpoint's free-form map (CheckpointParts::extra
+// of optim/checkpoint.h): `key`.seed, `key`.epoch and `key`.batch. Save it with
+// every checkpoint; restore_position reads it back into the loader, and a
+// checkpoint without it (or with a damaged entry) is an Error that says so: a
+// resumed run never silently starts epoch 0's order again.
+void save_position(const DataLoader& loader, std::map<std::string, std::string>& extra,
+                   const std::string& key = "loader");
+void restore_position(DataLoader& loader, const std::map<std::string, std::string>& extra,
+                      const std::string& key = "loader");
 
 }  // namespace halfgrad::data

@@ -18,9 +18,10 @@
   /* elementwise */                                                                                         \
   X(add) X(sub) X(mul) X(div) X(pow) X(maximum) X(minimum) X(neg) X(exp) X(log) X(sqrt) X(abs) X(relu)      \
   X(gelu) X(sigmoid) X(tanh) X(clamp) X(eq) X(ne) X(lt) X(le) X(gt) X(ge) X(where) X(remainder) X(fmod)     \
+  X(sin) X(cos) X(erf) X(floor) X(round) X(sign)                                                            \
   /* reductions */                                                                                          \
   X(sum) X(mean) X(max) X(argmax) X(min) X(argmin) X(amax) X(amin) X(logsumexp) X(norm) X(all) X(any)      \
-  X(isclose) X(isnan) X(isinf) X(isfinite)                                                                  \
+  X(isclose) X(isnan) X(isinf) X(isfinite) X(var) X(std)                                                   \
   /* sorting and scans */                                                                                   \
   X(sort) X(argsort) X(topk) X(cumsum)                                                                      \
   /* linear algebra */                                                                                      \

@@ -25,6 +25,9 @@ enum class UnaryOp : uint8_t {
   Hardswish,    // x * relu6(x + 3) / 6
   Hardsigmoid,  // relu6(x + 3) / 6
   Relu6,        // min(max(x, 0), 6) (NaN stays NaN)
+  Sin, Cos, Erf,
+  Floor,  // integers: themselves
+  Round,  // half to even (rint), as torch.round; integers: themselves
 };
 struct UnaryParams {
   double a = 0, b = 0;

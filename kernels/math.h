@@ -22,6 +22,10 @@ HG_MATH_FN(sqrt_, sqrtf, ::sqrt)
 HG_MATH_FN(tanh_, tanhf, ::tanh)
 HG_MATH_FN(erf_, erff, ::erf)
 HG_MATH_FN(fabs_, fabsf, ::fabs)
+HG_MATH_FN(sin_, sinf, ::sin)
+HG_MATH_FN(cos_, cosf, ::cos)
+HG_MATH_FN(floor_, floorf, ::floor)
+HG_MATH_FN(rint_, rintf, ::rint)  // round half to even in the default rounding mode
 #undef HG_MATH_FN
 HG_INLINE float fmod_(float x, float y) { return fmodf(x, y); }
 HG_INLINE double fmod_(double x, double y) { return ::fmod(x, y); }
@@ -154,6 +158,16 @@ HG_INLINE T unary_fn(T x, T a, T b) {
   else if constexpr (Op == UnaryOp::Hardswish) return hardswish(x);
   else if constexpr (Op == UnaryOp::Hardsigmoid) return hardsigmoid(x);
   else if constexpr (Op == UnaryOp::Relu6) return relu6(x);
+  else if constexpr (Op == UnaryOp::Sin) return sin_(x);
+  else if constexpr (Op == UnaryOp::Cos) return cos_(x);
+  else if constexpr (Op == UnaryOp::Erf) return erf_(x);
+  else if constexpr (Op == UnaryOp::Floor) {
+    if constexpr (std::is_integral_v<T>) return x;
+    else return floor_(x);
+  } else if constexpr (Op == UnaryOp::Round) {
+    if constexpr (std::is_integral_v<T>) return x;
+    else return rint_(x);
+  }
   else static_assert(kNoArmFor<Op>, "unary_fn: this UnaryOp has no arm");
 }
 
@@ -209,7 +223,8 @@ constexpr bool binary_needs_float(kernels::BinaryOp op) {
 constexpr bool unary_supports_int(kernels::UnaryOp op) {
   using kernels::UnaryOp;
   return op == UnaryOp::Neg || op == UnaryOp::Abs || op == UnaryOp::Relu || op == UnaryOp::Sign ||
-         op == UnaryOp::Clamp || op == UnaryOp::PowScalar || op == UnaryOp::Relu6;
+         op == UnaryOp::Clamp || op == UnaryOp::PowScalar || op == UnaryOp::Relu6 || op == UnaryOp::Floor ||
+         op == UnaryOp::Round;
 }
 
 }  // namespace halfgrad::math
@@ -222,7 +237,8 @@ constexpr bool unary_supports_int(kernels::UnaryOp op) {
     HG_UNARY_CASE(Abs, F) HG_UNARY_CASE(Relu, F) HG_UNARY_CASE(Gelu, F) HG_UNARY_CASE(Sigmoid, F)     \
     HG_UNARY_CASE(Tanh, F) HG_UNARY_CASE(Clamp, F) HG_UNARY_CASE(PowScalar, F)                        \
     HG_UNARY_CASE(Sign, F) HG_UNARY_CASE(GeluTanh, F) HG_UNARY_CASE(Hardswish, F)                      \
-    HG_UNARY_CASE(Hardsigmoid, F) HG_UNARY_CASE(Relu6, F)                                              \
+    HG_UNARY_CASE(Hardsigmoid, F) HG_UNARY_CASE(Relu6, F) HG_UNARY_CASE(Sin, F) HG_UNARY_CASE(Cos, F)   \
+    HG_UNARY_CASE(Erf, F) HG_UNARY_CASE(Floor, F) HG_UNARY_CASE(Round, F)                             \
   }
 // Both binary switches name every BinaryOp (no default:), so -Werror=switch
 // makes a new op that is in neither list a compile error.

@@ -3,21 +3,30 @@
 // that they share one). Built without CUDA, a CUDA tensor cannot exist
 // (allocation fails first), so every call goes to the CPU. Two entries do more
 // than route and are written out below: copy (between host and device) and
-// reduce (checks its indices).
+// reduce (checks its indices). A CPU call first applies hg::set_num_threads to
+// its thread (kernels/cpu/parallel.h).
 #include <halfgrad/kernels/kernels.h>
 
 #include <halfgrad/core/cuda/runtime.h>
 #include <halfgrad/core/layout.h>
 #include <halfgrad/kernels/cpu/cpu_kernels.h>
+#include <halfgrad/kernels/cpu/parallel.h>
 #if HALFGRAD_WITH_CUDA
 #include <halfgrad/kernels/cuda/cuda_kernels.h>
-#define HG_ROUTE(t, name, args) \
-  do {                          \
-    if ((t).device().is_cpu()) return cpu::name args; \
-    return cuda::name args;     \
+#define HG_ROUTE(t, name, args)  \
+  do {                           \
+    if ((t).device().is_cpu()) { \
+      cpu::apply_num_threads();  \
+      return cpu::name args;     \
+    }                            \
+    return cuda::name args;      \
   } while (0)
 #else
-#define HG_ROUTE(t, name, args) return cpu::name args
+#define HG_ROUTE(t, name, args) \
+  do {                          \
+    cpu::apply_num_threads();   \
+    return cpu::name args;      \
+  } while (0)
 #endif
 
 namespace halfgrad::kernels {

@@ -415,6 +415,44 @@ Tensor tanh(const Tensor& a) {
                   Save::Output);
 }
 
+Tensor sin(const Tensor& a) {
+  return unary_op(OpId::sin, UnaryOp::Sin, a,
+                  [](const Saved& s, const Tensor& g) -> Grads { return {mul(g, cos(s.input(0)))}; }, Save::Inputs);
+}
+
+Tensor cos(const Tensor& a) {
+  return unary_op(OpId::cos, UnaryOp::Cos, a,
+                  [](const Saved& s, const Tensor& g) -> Grads { return {mul(g, neg(sin(s.input(0))))}; },
+                  Save::Inputs);
+}
+
+Tensor erf(const Tensor& a) {
+  return unary_op(OpId::erf, UnaryOp::Erf, a,
+                  [](const Saved& s, const Tensor& g) -> Grads {
+                    // 2 / sqrt(pi) * exp(-x^2)
+                    const Tensor& x = s.input(0);
+                    return {mul(g, mul(exp(neg(mul(x, x))), 1.1283791670955126))};
+                  },
+                  Save::Inputs);
+}
+
+// Piecewise-constant ops: a zero gradient (PyTorch's zeros_like(grad): a NaN
+// or inf upstream does not leak through).
+Tensor floor(const Tensor& a) {
+  return unary_op(OpId::floor, UnaryOp::Floor, a,
+                  [](const Saved&, const Tensor& g) -> Grads { return {zeros_like(g)}; }, Save::Nothing, {}, false);
+}
+
+Tensor round(const Tensor& a) {
+  return unary_op(OpId::round, UnaryOp::Round, a,
+                  [](const Saved&, const Tensor& g) -> Grads { return {zeros_like(g)}; }, Save::Nothing, {}, false);
+}
+
+Tensor sign(const Tensor& a) {
+  return unary_op(OpId::sign, UnaryOp::Sign, a,
+                  [](const Saved&, const Tensor& g) -> Grads { return {zeros_like(g)}; }, Save::Nothing, {}, false);
+}
+
 Tensor clamp(const Tensor& a, std::optional<double> min, std::optional<double> max) {
   HG_CHECK(min || max, "clamp: at least one of min and max must be given");
   const double nan = std::numeric_limits<double>::quiet_NaN();

@@ -1,8 +1,9 @@
-// logsumexp and the vector norm: reductions composed of the reduce and
+// logsumexp, the vector norm, var and std: reductions composed of the reduce and
 // elementwise kernels inside one op (one autograd node with its own backward
 // formula). float16/bfloat16 inputs are computed in float32 (one accumulation
 // in float32) and rounded once to the input's dtype, as PyTorch's
 // ops with an fp32 accumulator do.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -143,5 +144,57 @@ Tensor norm(const Tensor& a, double p, const Shape& dims_in, bool keepdim) {
 
 Tensor Tensor::logsumexp(const Shape& dims, bool keepdim) const { return halfgrad::logsumexp(*this, dims, keepdim); }
 Tensor Tensor::norm(double p, const Shape& dims, bool keepdim) const { return halfgrad::norm(*this, p, dims, keepdim); }
+
+namespace {
+// var and std: checks, then the one op.
+Tensor variance_op(OpId id, const Tensor& a, const Shape& dims_in, double correction, bool keepdim) {
+  const std::string_view name = op_name(id);
+  ops::check_defined(name, {{"input", &a}});
+  HG_CHECK(is_floating(a.dtype()),
+           "{}: input {} must be floating (PyTorch: std and var only support floating point dtypes); cast it "
+           "first, e.g. .to(float32)",
+           name, a.describe());
+  HG_CHECK(std::isfinite(correction), "{}: correction must be a finite number, got {}", name, correction);
+  const auto dims = ops::normalize_dims(name, dims_in, a.dim());
+  const Shape in_shape = a.shape();
+  int64_t n = 1;
+  for (int64_t d : dims) n *= in_shape[d];
+  // N - correction, never below 0: 0 gives inf or NaN (0 / 0), as PyTorch
+  const double dof = std::max(static_cast<double>(n) - correction, 0.0);
+  const bool is_std = id == OpId::std;
+  return dispatch::call(
+      id, {a},
+      [dims, keepdim, in_shape, dof, is_std](const std::vector<Tensor>& in) {
+        const DType dt = in[0].dtype();
+        const Tensor x = widened(in[0]);
+        const Tensor d = dims.empty() ? sub(x, x) : sub(x, mean(x, dims, true));
+        const Tensor ss = dims.empty() ? mul(d, d) : sum(mul(d, d), dims, true);
+        const Tensor v = div(ss, dof);
+        return finish(is_std ? sqrt(v) : v, in_shape, dims, keepdim, dt);
+      },
+      [dims, in_shape, dof, is_std](const Saved& s, const Tensor& g) -> Grads {
+        // var: 2 (x - mean) / dof * g; std: (x - mean) / (dof * std) * g,
+        // in float32 for the half types, with differentiable ops
+        const Tensor& x0 = s.input(0);
+        const Tensor x = widened(x0);
+        const Shape kshape = ops::keepdim_shape(in_shape, dims);
+        const Tensor gk = widened(g).reshape(kshape);
+        const Tensor centred = dims.empty() ? sub(x, x) : sub(x, mean(x, dims, true));
+        Tensor r;
+        if (is_std) r = mul(centred, div(gk, mul(widened(s.output()).reshape(kshape), dof)));
+        else r = mul(centred, mul(gk, 2.0 / dof));
+        return {r.dtype() == x0.dtype() ? r : r.to(x0.dtype())};
+      },
+      is_std ? Save::Both : Save::Inputs);
+}
+}  // namespace
+
+Tensor var(const Tensor& a, const Shape& dims, double correction, bool keepdim) {
+  return variance_op(OpId::var, a, dims, correction, keepdim);
+}
+
+Tensor std(const Tensor& a, const Shape& dims, double correction, bool keepdim) {
+  return variance_op(OpId::std, a, dims, correction, keepdim);
+}
 
 }  // namespace halfgrad

@@ -13,6 +13,7 @@
 #include <halfgrad/core/tensor.h>
 #include <halfgrad/kernels/activation.h>
 #include <halfgrad/kernels/numeric_settings.h>
+#include <halfgrad/kernels/threads.h>
 #include <halfgrad/ops/loss_options.h>
 #include <halfgrad/ops/size_arg.h>
 #include <halfgrad/ops/sort_ops.h>
@@ -87,6 +88,15 @@ Tensor relu(const Tensor& a);
 Tensor gelu(const Tensor& a, std::string_view approximate = "none");
 Tensor sigmoid(const Tensor& a);
 Tensor tanh(const Tensor& a);
+Tensor sin(const Tensor& a);
+Tensor cos(const Tensor& a);
+Tensor erf(const Tensor& a);
+// floor, round (half to even, as torch.round) and sign (-1, 0 or 1; 0 for +-0
+// and, as PyTorch and unlike NumPy, for NaN) keep integer tensors' dtype; their
+// gradient is 0.
+Tensor floor(const Tensor& a);
+Tensor round(const Tensor& a);
+Tensor sign(const Tensor& a);
 // MobileNetV3's activations, as PyTorch (NaN propagates; int64 only for relu6):
 //   hardswish(x) = x * relu6(x + 3) / 6, hardsigmoid(x) = relu6(x + 3) / 6,
 //   relu6(x) = min(max(x, 0), 6).
@@ -159,6 +169,12 @@ Tensor logsumexp(const Tensor& a, const Shape& dims, bool keepdim = false);
 // max |x|, -inf min |x|, 0 the count of nonzeros. Floating inputs only;
 // float16/bfloat16 accumulate in float32 and round once.
 Tensor norm(const Tensor& a, double p = 2.0, const Shape& dims = {}, bool keepdim = false);
+// torch.var / torch.std over dims (empty: all): sum((x - mean)^2) / (N - correction),
+// correction 1 (Bessel's, PyTorch's default) or 0 (the population variance); with
+// N <= correction the result is inf or NaN, as PyTorch. Floating inputs only;
+// float16/bfloat16 compute in float32 and round once.
+Tensor var(const Tensor& a, const Shape& dims = {}, double correction = 1.0, bool keepdim = false);
+Tensor std(const Tensor& a, const Shape& dims = {}, double correction = 1.0, bool keepdim = false);
 // Logical reductions: bool out; nonzero (and NaN) is true. Empty: all is true, any false.
 Tensor all(const Tensor& a);
 Tensor all(const Tensor& a, int64_t dim, bool keepdim = false);

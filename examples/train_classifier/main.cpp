@@ -355,9 +355,7 @@ int main(int argc, char** argv) try {
   int64_t step = 0;
   if (o.resume && checkpoints->load_latest(parts)) {
     step = parts.step;
-    train_loader.set_state(hg::data::DataLoaderState{.seed = std::stoull(parts.extra.at("loader.seed")),
-                                                     .epoch = std::stoll(parts.extra.at("loader.epoch")),
-                                                     .batch = std::stoll(parts.extra.at("loader.batch"))});
+    hg::data::restore_position(train_loader, parts.extra);
     if (main_rank)
       fmt::print("resumed from {} (step {}, epoch {})\n", *checkpoints->latest(), step, train_loader.state().epoch);
   }
@@ -369,10 +367,8 @@ int main(int argc, char** argv) try {
   }
   auto save = [&](int64_t at_step) {
     if (!checkpoints || !main_rank) return std::string();
-    const auto s = train_loader.state();
-    parts.extra = {{"loader.seed", std::to_string(s.seed)},
-                   {"loader.epoch", std::to_string(s.epoch)},
-                   {"loader.batch", std::to_string(s.batch)}};
+    parts.extra.clear();
+    hg::data::save_position(train_loader, parts.extra);
     return checkpoints->save(at_step, parts);
   };
 

@@ -9,11 +9,21 @@
 // one-thread team for it, a malloc and a free per loop, which was 5% of a
 // small training step. parallel_for runs the plain loop instead.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 #include <omp.h>
 
 namespace halfgrad::kernels::cpu {
+
+// hg::set_num_threads on this thread (kernels/cpu/threads.cpp): the router
+// calls it before every CPU kernel; it does something only after a change.
+extern std::atomic<uint32_t> g_threads_epoch;
+extern thread_local uint32_t t_threads_epoch;
+void apply_num_threads_slow();
+inline void apply_num_threads() {
+  if (t_threads_epoch != g_threads_epoch.load(std::memory_order_relaxed)) apply_num_threads_slow();
+}
 
 // Work (elements touched, or multiply-adds) below which a loop stays on the calling thread.
 constexpr int64_t kParallelWork = int64_t{1} << 16;

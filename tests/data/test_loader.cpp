@@ -5,6 +5,7 @@
 // state(), transforms, pinned host tensors, and the CUDA path ("[cuda]").
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -283,6 +284,45 @@ TEST_CASE("DataLoader resume: stopped after batch k, continued from state() on a
   CHECK(loader.state() == hg::data::DataLoaderState{3, 1, 0});
   loader.set_epoch(0);
   CHECK(concat(pass(loader)) == order);
+}
+
+TEST_CASE("DataLoader position in a checkpoint's map: saved, restored, and an Error when missing or damaged",
+          "[data][loader][resume]") {
+  using Catch::Matchers::Contains;
+  const DataLoaderOptions opts{.batch_size = 4, .shuffle = true, .seed = 11};
+  DataLoader first(numbered(30), opts);
+  int k = 0;
+  for (auto& b : first) {
+    (void)b;
+    if (++k == 10) break;  // into epoch 1 (8 batches an epoch)
+  }
+  std::map<std::string, std::string> extra{{"other", "kept"}};
+  hg::data::save_position(first, extra);
+  CHECK(extra.at("loader.epoch") == "1");
+  CHECK(extra.at("other") == "kept");
+  DataLoader second(numbered(30), DataLoaderOptions{.batch_size = 4, .shuffle = true, .seed = 99});
+  hg::data::restore_position(second, extra);
+  CHECK(second.state() == first.state());
+  CHECK(pass(second) == pass(first));
+  // a second loader under its own key
+  hg::data::save_position(second, extra, "eval_loader");
+  CHECK(extra.count("eval_loader.batch") == 1);
+  // a checkpoint saved without it: an Error, not epoch 0 again
+  DataLoader third(numbered(30), opts);
+  REQUIRE_THROWS_WITH(hg::data::restore_position(third, {{"other", "kept"}}),
+                      Contains("no data loader position") && Contains("loader.seed"));
+  // hostile entries: not numbers, out of range, a position this loader does not have
+  for (const auto& [name, value] : std::vector<std::pair<std::string, std::string>>{
+           {"loader.epoch", "x1"}, {"loader.epoch", ""}, {"loader.seed", "-1"},
+           {"loader.batch", "99999999999999999999999"}, {"loader.epoch", "3 "}}) {
+    INFO(name << " = '" << value << "'");
+    auto bad = extra;
+    bad[name] = value;
+    REQUIRE_THROWS_WITH(hg::data::restore_position(third, bad), Contains(name));
+  }
+  auto beyond = extra;
+  beyond["loader.batch"] = "100";
+  REQUIRE_THROWS_WITH(hg::data::restore_position(third, beyond), Contains("not a position of this loader"));
 }
 
 TEST_CASE("DataLoader: a failing sample is rethrown at its batch, in the consumer's thread", "[data][loader][errors]") {
