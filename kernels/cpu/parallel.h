@@ -18,8 +18,10 @@ namespace halfgrad::kernels::cpu {
 
 // hg::set_num_threads on this thread (kernels/cpu/threads.cpp): the router
 // calls it before every CPU kernel; it does something only after a change.
-extern std::atomic<uint32_t> g_threads_epoch;
-extern thread_local uint32_t t_threads_epoch;
+// (inline variables, constant-initialised: the fast path is a TLS load and a
+// relaxed load, no wrapper call)
+inline std::atomic<uint32_t> g_threads_epoch{0};
+inline thread_local uint32_t t_threads_epoch = 0;
 void apply_num_threads_slow();
 inline void apply_num_threads() {
   if (t_threads_epoch != g_threads_epoch.load(std::memory_order_relaxed)) apply_num_threads_slow();

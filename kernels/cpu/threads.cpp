@@ -20,9 +20,6 @@ std::atomic<int> g_threads{0};  // 0: never set (OpenMP's default)
 }  // namespace
 
 namespace kernels::cpu {
-std::atomic<uint32_t> g_threads_epoch{0};
-thread_local uint32_t t_threads_epoch = 0;
-
 void apply_num_threads_slow() {
   t_threads_epoch = g_threads_epoch.load(std::memory_order_acquire);
   const int n = g_threads.load(std::memory_order_relaxed);
