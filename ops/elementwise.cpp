@@ -266,11 +266,7 @@ Tensor sqrt(const Tensor& a) {
 
 Tensor abs(const Tensor& a) {
   return unary_op(OpId::abs, UnaryOp::Abs, a,
-                  [](const Saved& s, const Tensor& g) -> Grads {
-                    Tensor sign = ops::empty_like(s.input(0), s.input(0).options());
-                    kernels::unary(UnaryOp::Sign, s.input(0), sign);
-                    return {mul(g, sign)};
-                  },
+                  [](const Saved& s, const Tensor& g) -> Grads { return {mul(g, sign(s.input(0)))}; },
                   Save::Inputs, {}, false);
 }
 

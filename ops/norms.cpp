@@ -50,12 +50,6 @@ bool any_reduced_empty(const Shape& in_shape, const std::vector<int64_t>& dims) 
   return false;
 }
 
-Tensor sign_of(const Tensor& x) {
-  Tensor s = make_tensor(x.shape(), x.options());
-  kernels::unary(UnaryOp::Sign, x, s);
-  return s;
-}
-
 }  // namespace
 
 Tensor logsumexp(const Tensor& a0, const Shape& dims_in, bool keepdim) {
@@ -126,16 +120,16 @@ Tensor norm(const Tensor& a, double p, const Shape& dims_in, bool keepdim) {
         const Tensor gk = g.reshape(ops::keepdim_shape(in_shape, dims));
         const Tensor zero = ops::scalar_tensor(0.0, x.dtype(), x.device());
         if (p == 0) return {mul(zeros_like(x), gk)};
-        if (p == 1) return {mul(sign_of(x), gk)};
+        if (p == 1) return {mul(sign(x), gk)};
         if (p == 2) return {mul(where(eq(nk, 0.0), zero, div(x, nk)), gk)};
         if (std::isinf(p)) {
           // evenly between the elements whose |x| is the norm
           const Tensor hits = eq(abs(x), nk).to(x.dtype());
           const Tensor count = dims.empty() ? hits : sum(hits, dims, true);
-          return {mul(mul(sign_of(x), hits), div(gk, count))};
+          return {mul(mul(sign(x), hits), div(gk, count))};
         }
         // sign(x) |x|^(p-1) * g / norm^(p-1); 0 where x is 0 or the norm is 0
-        const Tensor scaled = where(eq(x, 0.0), zero, mul(sign_of(x), pow(abs(x), p - 1.0)));
+        const Tensor scaled = where(eq(x, 0.0), zero, mul(sign(x), pow(abs(x), p - 1.0)));
         const Tensor scale = where(eq(nk, 0.0), zero, div(gk, pow(nk, p - 1.0)));
         return {mul(scaled, scale)};
       },
