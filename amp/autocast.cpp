@@ -276,6 +276,8 @@ void autocast_inputs(OpId op, std::vector<Tensor>& inputs, std::string& /*note*/
 
 AutocastOff::AutocastOff() : prev_(dispatch::exclude(dispatch::bit(dispatch::Layer::Autocast))) {}
 AutocastOff::~AutocastOff() { dispatch::restore_excluded(prev_); }
+AutocastAllowed::AutocastAllowed() : prev_(dispatch::include(dispatch::bit(dispatch::Layer::Autocast))) {}
+AutocastAllowed::~AutocastAllowed() { dispatch::restore_excluded(prev_); }
 
 trace::trace() : prev_(g_trace) { g_trace = true; }
 trace::~trace() { g_trace = prev_; }

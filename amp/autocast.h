@@ -116,6 +116,20 @@ class AutocastOff {
   unsigned char prev_;  // the excluded layers before (dispatch/layers.h)
 };
 
+// The opposite: lets autocast run on this thread for its lifetime where the
+// backward pass excludes it (amp::custom_bwd runs a custom Function's
+// backward under the autocast state its forward saw).
+class AutocastAllowed {
+ public:
+  AutocastAllowed();
+  ~AutocastAllowed();
+  AutocastAllowed(const AutocastAllowed&) = delete;
+  AutocastAllowed& operator=(const AutocastAllowed&) = delete;
+
+ private:
+  unsigned char prev_;
+};
+
 // Trace mode (teaching): inside a trace guard, or with HALFGRAD_AMP_TRACE=1 in
 // the environment, every op called from user code prints one line: op, input
 // dtypes, policy, the dtype it ran in, and which casts came from the cache.

@@ -1,10 +1,13 @@
 // The backward engine: count how many edges lead into each node, then run
 // nodes in topological order (a node runs once all of its consumers have
 // delivered their gradients), summing gradients that meet at one node.
+#include <algorithm>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include <halfgrad/autograd/engine.h>
+#include <halfgrad/autograd/grad.h>
 #include <halfgrad/autograd/hooks.h>
 #include <halfgrad/dispatch/grad_mode.h>
 #include <halfgrad/dispatch/layers.h>
@@ -99,8 +102,16 @@ namespace {
 thread_local std::vector<std::function<void()>>* g_callbacks = nullptr;
 }  // namespace
 
-// The pass itself (below): dependency counts, then the nodes in order.
-void run_graph(const Tensor& root, const Tensor& grad, bool retain_graph);
+// The pass itself (below).
+struct Pass {
+  std::vector<std::pair<Tensor, Tensor>> roots;  // (tensor, its incoming gradient)
+  bool retain_graph = false;
+  bool create_graph = false;  // formulas run in grad mode: their results have a graph
+  // autograd::grad: the gradients reaching these tensors are returned instead
+  // of accumulated, and only the nodes on a path to one of them run.
+  const std::vector<Tensor>* inputs = nullptr;
+};
+Grads run_graph(const Pass& pass);
 
 void queue_callback(std::function<void()> fn) {
   HG_CHECK(g_callbacks != nullptr,
@@ -109,7 +120,8 @@ void queue_callback(std::function<void()> fn) {
   g_callbacks->push_back(std::move(fn));
 }
 
-void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
+namespace {
+Grads run_pass(const Pass& pass) {
   std::vector<std::function<void()>> callbacks;
   auto* outer = g_callbacks;
   g_callbacks = &callbacks;
@@ -118,64 +130,144 @@ void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph) {
     std::vector<std::function<void()>>* prev;
     ~Restore() { *slot = prev; }
   } restore{&g_callbacks, outer};
-  run_graph(root, grad, retain_graph);
+  Grads out = run_graph(pass);
   // callbacks may queue more (run in order until none is left)
   for (size_t i = 0; i < callbacks.size(); ++i) {
     auto fn = std::move(callbacks[i]);
     fn();
   }
+  return out;
+}
+}  // namespace
+
+void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph, bool create_graph) {
+  run_pass(Pass{{{root, grad}}, retain_graph || create_graph, create_graph, nullptr});
 }
 
-void run_graph(const Tensor& root, const Tensor& grad, bool retain_graph) {
-  auto root_node = gradient_edge(root);
-  HG_CHECK(root_node != nullptr,
-           "backward: tensor {} does not require grad and has no grad_fn. Did you call requires_grad_() on "
-           "the parameters, or compute the loss under no_grad?",
-           root.describe());
-
-  // One entry per node reached: how many edges into it are still to run, and
-  // the gradient summed for it so far (one map, not one per field: each entry
-  // is a heap node).
+Grads run_graph(const Pass& pass) {
+  // One entry per node reached: how many edges into it are still to run, the
+  // gradient summed for it so far, and (autograd::grad) whether it runs and
+  // whether its gradient is one asked for. One map, not one per field: each
+  // entry is a heap node.
   struct Slot {
     int deps = 0;
     bool seen = false;
+    bool runs = true;      // autograd::grad: it leads to an input
+    bool target = false;   // autograd::grad: an input's node (its gradient is returned)
     Tensor pending;
   };
   std::unordered_map<Node*, Slot> slots;
   slots.reserve(32);
 
-  // Pass 1: dependency counts.
-  std::vector<Node*> stack{root_node.get()};
-  slots[root_node.get()].seen = true;
-  while (!stack.empty()) {
-    Node* n = stack.back();
-    stack.pop_back();
-    for (auto& e : n->next) {
-      if (!e) continue;
-      Slot& s = slots[e.get()];
-      ++s.deps;
-      if (!s.seen) {
-        s.seen = true;
-        stack.push_back(e.get());
-      }
+  std::vector<std::shared_ptr<Node>> root_nodes;
+  for (const auto& [root, grad] : pass.roots) {
+    auto node = gradient_edge(root);
+    HG_CHECK(node != nullptr,
+             "backward: tensor {} does not require grad and has no grad_fn. Did you call requires_grad_() on "
+             "the parameters, or compute the loss under no_grad?",
+             root.describe());
+    root_nodes.push_back(std::move(node));
+  }
+  std::vector<Node*> targets;
+  if (pass.inputs) {
+    for (const Tensor& t : *pass.inputs) {
+      auto node = gradient_edge(t);
+      targets.push_back(node.get());
+      slots[node.get()].target = true;
     }
   }
 
-  // Pass 2: run. Backward formulas record nothing and are never autocast:
-  // each runs in the dtypes its forward ran in.
-  NoGradGuard no_grad;
+  // Pass 1: every node reached, in an order where a node comes before the
+  // nodes it leads to are finished (iterative: a 200k-node chain must not
+  // recurse).
+  std::vector<Node*> order;  // post-order: children before parents
+  {
+    std::vector<std::pair<Node*, size_t>> stack;
+    for (auto& r : root_nodes) {
+      Slot& s = slots[r.get()];
+      if (s.seen) continue;
+      s.seen = true;
+      stack.emplace_back(r.get(), 0);
+      while (!stack.empty()) {
+        auto& [n, i] = stack.back();
+        if (i < n->next.size()) {
+          Node* c = n->next[i++].get();
+          if (!c) continue;
+          Slot& cs = slots[c];
+          if (!cs.seen) {
+            cs.seen = true;
+            stack.emplace_back(c, 0);
+          }
+          continue;
+        }
+        order.push_back(n);
+        stack.pop_back();
+      }
+    }
+  }
+  // autograd::grad: a node runs only if one of its edges leads to an input
+  // (nothing is accumulated into any .grad, and a branch that reaches no
+  // input costs nothing).
+  if (pass.inputs) {
+    for (Node* n : order) {
+      Slot& s = slots[n];
+      s.runs = false;
+      for (auto& e : n->next) {
+        if (!e) continue;
+        const Slot& c = slots[e.get()];
+        if (c.runs || c.target) {
+          s.runs = true;
+          break;
+        }
+      }
+    }
+  }
+  auto wanted = [&](Node* n) {
+    const Slot& s = slots[n];
+    return s.runs || s.target;
+  };
+  for (Node* n : order) {
+    if (!slots[n].runs) continue;
+    for (auto& e : n->next)
+      if (e && wanted(e.get())) ++slots[e.get()].deps;
+  }
+
+  // Pass 2: run. Backward formulas are never autocast: each runs in the dtypes
+  // its forward ran in. They record nothing unless create_graph.
+  std::optional<NoGradGuard> no_grad;
+  if (!pass.create_graph) no_grad.emplace();
+  std::optional<GradModeGuard> grad_on;
+  if (pass.create_graph) grad_on.emplace(true);
   dispatch::ExcludeGuard no_autocast(dispatch::Layer::Autocast);
-  slots[root_node.get()].pending = grad;
-  std::vector<std::shared_ptr<Node>> ready{root_node};
+  std::vector<std::shared_ptr<Node>> ready;
+  for (size_t r = 0; r < root_nodes.size(); ++r) {
+    Node* n = root_nodes[r].get();
+    if (!wanted(n)) continue;
+    Slot& s = slots[n];
+    const Tensor& g = pass.roots[r].second;
+    s.pending = s.pending.defined() ? add(s.pending, g) : g;
+    if (s.deps == 0 && std::find(ready.begin(), ready.end(), root_nodes[r]) == ready.end())
+      ready.push_back(root_nodes[r]);
+  }
+  Grads captured;
+  if (pass.inputs) captured.resize(targets.size());
   while (!ready.empty()) {
     std::shared_ptr<Node> node = std::move(ready.back());
     ready.pop_back();
-    Tensor g = std::move(slots[node.get()].pending);  // the slot stays: its deps are 0 now
+    Slot& slot = slots[node.get()];
+    if (slot.target)
+      for (size_t i = 0; i < targets.size(); ++i)
+        if (targets[i] == node.get()) captured[i] = slot.pending;
+    if (!slot.runs) {
+      slot.pending = Tensor();
+      continue;
+    }
+    Tensor g = std::move(slot.pending);  // the slot stays: its deps are 0 now
     Grads grads;
     if (dispatch::watching_backward()) {  // amp::DetectNonFinite
       {
         dispatch::ExcludeGuard formula(dispatch::kAllLayers);  // its inner ops are not the user's
-        grads = node->apply(g, retain_graph);
+        grads = node->apply(g, pass.retain_graph);
       }
       // only the gradients backward passes on: a formula may also compute one
       // for an input that needs none (a scalar wrapped as a tensor), unused
@@ -184,14 +276,15 @@ void run_graph(const Tensor& root, const Tensor& grad, bool retain_graph) {
         if (node->next[i]) used[i] = grads[i];
       dispatch::after_backward(node->name, g, used);
     } else {
-      grads = node->apply(g, retain_graph);
+      grads = node->apply(g, pass.retain_graph);
     }
     g = Tensor();  // drop our reference so AccumulateGrad can take ownership
-    if (!retain_graph) node->release();
+    if (!pass.retain_graph) node->release();
     for (size_t i = 0; i < node->next.size() && i < grads.size(); ++i) {
       auto& next = node->next[i];
-      if (!next || !grads[i].defined()) {
-        if (next && --slots[next.get()].deps == 0) ready.push_back(next);
+      if (!next || !wanted(next.get())) continue;
+      if (!grads[i].defined()) {
+        if (--slots[next.get()].deps == 0) ready.push_back(next);
         continue;
       }
       Tensor gi = std::move(grads[i]);
@@ -214,13 +307,57 @@ void run_graph(const Tensor& root, const Tensor& grad, bool retain_graph) {
       if (--s.deps == 0) ready.push_back(next);
     }
   }
+  return captured;
+}
+
+std::vector<Tensor> grad(const std::vector<Tensor>& outputs, const std::vector<Tensor>& inputs,
+                         const std::vector<Tensor>& grad_outputs, const GradOptions& options) {
+  HG_CHECK(!outputs.empty(), "autograd::grad: no outputs given (pass the tensors to differentiate, e.g. {{loss}})");
+  HG_CHECK(grad_outputs.empty() || grad_outputs.size() == outputs.size(),
+           "autograd::grad: got {} grad_outputs for {} outputs; pass one per output (an undefined Tensor() for "
+           "the implicit ones of a scalar output) or none",
+           grad_outputs.size(), outputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i)
+    HG_CHECK(inputs[i].defined() && inputs[i].requires_grad(),
+             "autograd::grad: input {} ({}) does not require grad; every differentiated tensor must (call "
+             "requires_grad_() on a leaf, or pass a tensor computed from one)",
+             i, inputs[i].defined() ? inputs[i].describe() : "an undefined tensor");
+  Pass pass;
+  pass.retain_graph = options.retain_graph.value_or(options.create_graph);
+  pass.create_graph = options.create_graph;
+  pass.inputs = &inputs;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor& out = outputs[i];
+    HG_CHECK(out.defined(), "autograd::grad: output {} is an undefined tensor", i);
+    Tensor g = grad_outputs.empty() ? Tensor() : grad_outputs[i];
+    if (!g.defined()) {
+      HG_CHECK(out.numel() == 1,
+               "autograd::grad: grad can be implicitly created only for scalar outputs, but output {} is {}. Pass "
+               "grad_outputs of the same shapes.",
+               i, out.describe());
+      g = ones_like(out);
+    } else {
+      HG_CHECK(g.shape() == out.shape() && g.device() == out.device(),
+               "autograd::grad: grad_output {} ({}) does not match output {} ({}) in shape or device", i,
+               g.describe(), i, out.describe());
+      if (g.dtype() != out.dtype()) g = g.to(out.dtype());
+    }
+    pass.roots.emplace_back(out, g);
+  }
+  Grads result = run_pass(pass);
+  for (size_t i = 0; i < result.size(); ++i)
+    HG_CHECK(result[i].defined() || options.allow_unused,
+             "autograd::grad: input {} ({}) was not used to compute the outputs (no path from it in the graph). "
+             "Pass allow_unused = true to get an undefined Tensor for it instead.",
+             i, inputs[i].describe());
+  return result;
 }
 
 }  // namespace halfgrad::autograd
 
 namespace halfgrad {
 
-void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
+void Tensor::backward(const Tensor& gradient, bool retain_graph, bool create_graph) const {
   Tensor g = gradient;
   if (!g.defined()) {
     HG_CHECK(numel() == 1,
@@ -234,7 +371,7 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
              describe());
     if (g.dtype() != dtype()) g = g.to(dtype());
   }
-  autograd::run_backward(*this, g, retain_graph);
+  autograd::run_backward(*this, g, retain_graph, create_graph);
 }
 
 }  // namespace halfgrad

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include <halfgrad/dispatch/layers.h>
 #include <halfgrad/dispatch/node.h>
 
 namespace halfgrad::autograd {
@@ -30,7 +31,14 @@ struct AccumulateGrad final : Node {
 // leaf that requires grad, or nullptr.
 std::shared_ptr<Node> gradient_edge(const Tensor& t);
 
-// Run backward from `root` with `grad` (the engine: topological order).
-void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph);
+// The autograd layer's recorder (autograd/record.cpp): a FunctionNode named
+// `name` becomes out's grad_fn. dispatch::call reaches it through the
+// registered recorder; custom Functions (autograd/function.h) call it directly.
+Tensor record_node(std::string name, const std::vector<Tensor>& inputs, Tensor out, BackwardFn backward,
+                   dispatch::Save save, std::vector<Tensor> extras);
+
+// Run backward from `root` with `grad` (the engine: topological order);
+// create_graph runs the formulas in grad mode (and retains the graph).
+void run_backward(const Tensor& root, const Tensor& grad, bool retain_graph, bool create_graph = false);
 
 }  // namespace halfgrad::autograd

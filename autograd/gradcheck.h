@@ -37,6 +37,7 @@
 
 #include <fmt/format.h>
 
+#include <halfgrad/autograd/grad.h>
 #include <halfgrad/autograd/grad_mode.h>
 #include <halfgrad/core/error.h>
 #include <halfgrad/core/tensor.h>
@@ -257,8 +258,47 @@ inline GradcheckResult gradcheck(const GradcheckFn& fn, const std::vector<Tensor
   return r;
 }
 
+// PyTorch's gradgradcheck: the second derivatives of fn, by gradcheck on
+// s(x) = sum_i <grad_i(x), v_i>, where grad = autograd::grad(fn(x), x, u,
+// create_graph) for fixed u and v: s's gradient comes from a double backward,
+// its finite differences from first-order gradients (themselves checked by
+// gradcheck). An op whose backward is not twice differentiable raises its Error.
+inline GradcheckResult gradgradcheck(const GradcheckFn& fn, const std::vector<Tensor>& inputs,
+                                     GradcheckOptions opts = {}) {
+  // fixed, uneven weights: a wrong term cannot cancel out
+  auto weights_like = [](const Tensor& t, double phase) {
+    NoGradGuard no_grad;
+    return add(sin(add(mul(arange(0.0, static_cast<double>(t.numel()), 1.0, t.options()), 0.7), phase)), 1.5)
+        .reshape(t.shape());
+  };
+  const GradcheckFn second = [fn, weights_like](const std::vector<Tensor>& in) {
+    // gradcheck evaluates fn under no_grad for its finite differences: the
+    // first-order gradients need a graph all the same, and one of their own
+    // only where gradcheck differentiates s
+    const bool create_graph = grad_enabled();
+    GradModeGuard with_grad(true);
+    std::vector<Tensor> wrt;
+    for (const Tensor& t : in)
+      if (t.defined() && t.requires_grad()) wrt.push_back(t);
+    const Tensor y = fn(in);
+    const std::vector<Tensor> grads =
+        grad({y}, wrt, {weights_like(y, 0.3)}, {.create_graph = create_graph, .allow_unused = true});
+    Tensor total = mul(sum(wrt[0]), 0.0);  // keeps a graph where every second derivative is 0 (ReLU)
+    for (size_t i = 0; i < grads.size(); ++i)
+      if (grads[i].defined()) total = add(total, sum(mul(grads[i], weights_like(grads[i], 1.1 * static_cast<double>(i)))));
+    return total;
+  };
+  GradcheckOptions quiet = opts;
+  quiet.raise = false;
+  GradcheckResult r = gradcheck(second, inputs, quiet);
+  r.message.replace(0, 9, "gradgradcheck");  // "gradcheck" would name the first derivatives
+  if (!r.ok && opts.raise) throw Error(r.message);
+  return r;
+}
+
 }  // namespace halfgrad::autograd
 
 namespace halfgrad {
 using autograd::gradcheck;
+using autograd::gradgradcheck;
 }

@@ -30,10 +30,12 @@ DType grad_dtype_of(const Tensor& t) {
   return t.dtype();
 }
 
-Tensor record(OpId op, const std::vector<Tensor>& inputs, Tensor out, BackwardFn backward, Save save,
-              std::vector<Tensor> extras) {
+}  // namespace
+
+Tensor record_node(std::string name, const std::vector<Tensor>& inputs, Tensor out, BackwardFn backward, Save save,
+                   std::vector<Tensor> extras) {
   auto node = std::make_shared<FunctionNode>();
-  node->name = std::string(op_name(op));
+  node->name = std::move(name);
   node->saved.op = node->name;
   node->backward = std::move(backward);
   const bool save_inputs = static_cast<unsigned>(save) & static_cast<unsigned>(Save::Inputs);
@@ -53,14 +55,21 @@ Tensor record(OpId op, const std::vector<Tensor>& inputs, Tensor out, BackwardFn
     if (save_inputs) node->saved.inputs.emplace_back(t);
   }
   // The output is saved detached: holding it with its grad_fn would be a cycle.
-  if (static_cast<unsigned>(save) & static_cast<unsigned>(Save::Output)) node->saved.out = SavedTensor(out);
-  for (const Tensor& t : extras) node->saved.extras.emplace_back(t);
+  if (static_cast<unsigned>(save) & static_cast<unsigned>(Save::Output)) node->saved.out = SavedTensor(out, /*detach=*/true);
+  for (const Tensor& t : extras) node->saved.extras.emplace_back(t, /*detach=*/true);  // kernel state, not differentiable
   // The forward result may be an alias of an input (views): give the output
   // its own handle so setting grad_fn does not touch the input.
   for (const auto& t : inputs)
     if (out.is_same(t)) out = out.detach();
   out.unsafe_impl()->grad_fn = std::move(node);
   return out;
+}
+
+namespace {
+
+Tensor record(OpId op, const std::vector<Tensor>& inputs, Tensor out, BackwardFn backward, Save save,
+              std::vector<Tensor> extras) {
+  return record_node(std::string(op_name(op)), inputs, std::move(out), std::move(backward), save, std::move(extras));
 }
 
 [[maybe_unused]] const bool registered = [] {

@@ -12,14 +12,14 @@ add_library(halfgrad SHARED
   core/allocator.cpp core/host_cache.cpp core/atomic_file.cpp core/device.cpp core/file_input.cpp core/json_input.cpp core/pinned.cpp
   core/random.cpp core/tensor.cpp core/layout.cpp
   dispatch/dispatch.cpp dispatch/layers.cpp dispatch/node.cpp dispatch/grad_mode.cpp
-  autograd/engine.cpp autograd/record.cpp
+  autograd/engine.cpp autograd/record.cpp autograd/function.cpp
   amp/autocast.cpp amp/policy.cpp amp/scaler_kernels.cpp amp/grad_scaler.cpp amp/grad_norm.cpp amp/numerics.cpp amp/monitor.cpp
   amp/anomaly.cpp
   kernels/router.cpp kernels/common.cpp kernels/numeric_settings.cpp kernels/cpu/threads.cpp
   kernels/cpu/elementwise.cpp kernels/cpu/reduce.cpp kernels/cpu/softmax.cpp kernels/cpu/random.cpp kernels/cpu/matmul.cpp
   kernels/cpu/linear_chain.cpp kernels/cpu/gemm.cpp kernels/cpu/sort.cpp kernels/cpu/index.cpp kernels/cpu/conv_direct.cpp
   kernels/cpu/batch_norm.cpp kernels/cpu/pool.cpp
-  ops/util.cpp ops/factory.cpp ops/shape.cpp ops/elementwise.cpp
+  ops/util.cpp ops/factory.cpp ops/shape.cpp ops/elementwise.cpp ops/grad_ops.cpp
   ops/reduce.cpp ops/norms.cpp ops/logical.cpp ops/linalg.cpp ops/linear_chain.cpp ops/loss.cpp ops/print.cpp
   ops/tensor_methods.cpp ops/sort.cpp ops/indexing.cpp ops/index_expr.cpp ops/norm_pool.cpp ops/conv.cpp
   nn/module.cpp nn/state_dict.cpp nn/init.cpp nn/linear.cpp nn/sequential.cpp nn/clip_grad.cpp
@@ -45,8 +45,8 @@ set(HALFGRAD_PUBLIC_HEADERS
     core/allocator.h core/host_cache.h core/atomic_file.h core/device.h core/dtype.h core/error.h core/format.h core/half.h core/macros.h
     core/indexing.h core/pinned.h core/random.h core/shape.h core/tensor.h
     dispatch/grad_mode.h
-    autograd/grad_mode.h autograd/gradcheck.h autograd/hooks.h
-    amp/anomaly.h amp/autocast.h amp/grad_scaler.h amp/monitor.h amp/policy.h amp/numerics.h
+    autograd/function.h autograd/grad.h autograd/grad_mode.h autograd/gradcheck.h autograd/hooks.h
+    amp/anomaly.h amp/autocast.h amp/custom_function.h amp/grad_scaler.h amp/monitor.h amp/policy.h amp/numerics.h
     kernels/activation.h kernels/numeric_settings.h kernels/threads.h ops/activation.h ops/size_arg.h ops/indexing_ops.h ops/loss_options.h ops/operators.h ops/ops.h ops/sort_ops.h
     ops/conv_ops.h ops/norm_pool_ops.h
     nn/activation.h nn/batchnorm.h nn/conv.h nn/dropout.h nn/flatten.h nn/functional.h nn/init.h nn/linear.h nn/loss.h

@@ -179,7 +179,11 @@ class Tensor {
   void set_grad(const Tensor& g) const;
   const std::shared_ptr<autograd::Node>& grad_fn() const { return impl().grad_fn; }
   // Backward from this tensor: a scalar needs no gradient, anything else does.
-  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
+  // create_graph: the gradients written to .grad have a graph of their own
+  // (a second backward can run through them); it also keeps this graph
+  // (PyTorch: retain_graph defaults to create_graph). autograd::grad
+  // (<halfgrad/autograd/grad.h>) returns gradients instead of accumulating them.
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false, bool create_graph = false) const;
   Tensor detach() const;  // same storage, no history
 
   // --- views (share storage) -------------------------------------------

@@ -117,6 +117,35 @@ Tensor call_nograd(OpId op, std::vector<Tensor> inputs, const Forward& forward) 
   return out;
 }
 
+Backward once_differentiable(OpId op, Backward formula) {
+  return [op, formula = std::move(formula)](Saved& s, const Tensor& g) -> Grads {
+    if (!autograd::grad_enabled()) return formula(s, g);
+    Grads grads;
+    {
+      autograd::NoGradGuard off;
+      grads = formula(s, g);
+    }
+    // what the formula read: the incoming gradient, the saved inputs and output
+    std::vector<Tensor> read{g};
+    for (size_t i = 0; i < s.inputs.size(); ++i) read.push_back(s.input(i));
+    if (s.attached_out.defined()) read.push_back(s.attached_out);
+    if (!any_requires_grad(read)) return grads;
+    const Backward refuse = [op](Saved&, const Tensor&) -> Grads {
+      HG_CHECK(false,
+               "{} backward: double backward through {} is not supported: its backward calls its kernels directly, "
+               "so its gradient cannot be differentiated again (autograd::grad with create_graph = true, then a "
+               "backward through that gradient, reached it). Keep {} out of the part of the model a gradient "
+               "penalty differentiates, or detach() its gradient if a constant is what you mean; docs/autograd.md "
+               "lists the ops that are twice differentiable.",
+               op_name(op), op_name(op), op_name(op));
+      return {};
+    };
+    for (Tensor& t : grads)
+      if (t.defined()) t = recorder()(op, read, t.detach(), refuse, Save::Nothing, {});
+    return grads;
+  };
+}
+
 namespace {
 // "add" for add_: the op a user can call instead (copy_ and fill_ have none).
 std::string_view out_of_place(OpId op) { return op == OpId::copy || op == OpId::fill ? "" : op_name(op); }

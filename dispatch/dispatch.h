@@ -73,6 +73,14 @@ bool recording();
 // freed when the graph has run. An Error when the op is not being recorded.
 void save_for_backward(const Tensor& t);
 
+// For a backward formula that calls kernels directly (a convolution's, batch
+// norm's, pooling's): right for one backward, but under create_graph its
+// gradients would be constants and a double backward silently wrong. Wrapped,
+// it runs without recording, and where anything it read requires grad its
+// gradients get a node that raises an Error naming `op` when a second
+// backward reaches it (PyTorch's @once_differentiable).
+Backward once_differentiable(OpId op, Backward formula);
+
 // Shared check: every defined tensor on the same device, else a clear Error.
 void check_same_device(std::string_view op, const std::vector<Tensor>& inputs);
 

@@ -17,6 +17,19 @@ class NoGradGuard {
   bool prev_;
 };
 
+// Grad mode set to `enabled` while alive (PyTorch's torch.set_grad_enabled(b)
+// as a context manager); the backward engine turns it on for create_graph.
+class GradModeGuard {
+ public:
+  explicit GradModeGuard(bool enabled) : prev_(grad_enabled()) { set_grad_enabled(enabled); }
+  ~GradModeGuard() { set_grad_enabled(prev_); }
+  GradModeGuard(const GradModeGuard&) = delete;
+  GradModeGuard& operator=(const GradModeGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
 }  // namespace halfgrad::autograd
 
 namespace halfgrad {

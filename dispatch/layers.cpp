@@ -36,6 +36,11 @@ LayerSet exclude(LayerSet layers) {
   return prev;
 }
 void restore_excluded(LayerSet previous) { t_excluded = previous; }
+LayerSet include(LayerSet layers) {
+  const LayerSet prev = t_excluded;
+  t_excluded = static_cast<LayerSet>(prev & ~layers);
+  return prev;
+}
 
 bool watching_backward() {
   for (size_t i = 0; i < static_cast<size_t>(Layer::kCount); ++i)

@@ -60,6 +60,9 @@ bool on(Layer layer);
 // include this one keeps the returned set).
 LayerSet exclude(LayerSet layers);
 void restore_excluded(LayerSet previous);
+// Removes `layers` from this thread's excluded set; returns the set before
+// (amp::custom_bwd lets autocast run inside a custom Function's backward).
+LayerSet include(LayerSet layers);
 
 // Excludes `layers` on this thread while alive (nests; restores on exit).
 class ExcludeGuard {

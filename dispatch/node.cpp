@@ -2,6 +2,8 @@
 // long graph without recursion, and a FunctionNode running its formula.
 #include <halfgrad/dispatch/node.h>
 
+#include <halfgrad/dispatch/grad_mode.h>
+
 namespace halfgrad::autograd {
 
 const Tensor& SavedTensor::get(const std::string& op) const {
@@ -55,6 +57,19 @@ Grads FunctionNode::apply(const Tensor& grad_output, bool retain_graph) {
            "they were freed). Pass retain_graph=true to the first backward() if you need to run it twice.",
            name);
   saved.retained = retain_graph;
+  if (!autograd::grad_enabled() || saved.out.empty()) return backward(saved, grad_output);
+  // create_graph: the saved output as this node's output again (PyTorch's
+  // SavedVariable unpacking), dropped after the formula so that the node does
+  // not keep itself alive through it.
+  struct Detach {
+    Saved& s;
+    ~Detach() { s.attached_out = Tensor(); }
+  } detach{saved};
+  const Tensor& out = saved.out.get(name);
+  if (out.defined()) {
+    saved.attached_out = out.detach();
+    saved.attached_out.unsafe_impl()->grad_fn = shared_from_this();
+  }
   return backward(saved, grad_output);
 }
 

@@ -20,12 +20,18 @@ using Grads = std::vector<Tensor>;
 
 // A tensor kept for backward. Remembers the storage version at save time so
 // an in-place change made afterwards is caught instead of giving wrong grads.
+// An op's input is kept as it is, with its place in the graph, so that a
+// formula run under create_graph differentiates through it (double backward);
+// the op's own output is kept detached (with its grad_fn it would own the
+// node that owns it: a cycle) and re-attached by FunctionNode::apply.
 class SavedTensor {
  public:
   SavedTensor() = default;
-  explicit SavedTensor(const Tensor& t) : tensor_(t.defined() ? t.detach() : t), version_(t.defined() ? t.version() : 0) {}
+  explicit SavedTensor(const Tensor& t, bool detach = false)
+      : tensor_(detach && t.defined() ? t.detach() : t), version_(t.defined() ? t.version() : 0) {}
   // The saved tensor (undefined if an undefined one was saved, e.g. no bias).
   const Tensor& get(const std::string& op) const;
+  bool empty() const { return !tensor_.defined() && !released_; }  // nothing was saved
   void reset() {
     tensor_ = Tensor();
     released_ = true;
@@ -50,6 +56,9 @@ struct Saved {
   // rounding to bfloat16 and the cast back.
   std::vector<DType> grad_dtypes;
   std::vector<SavedTensor> extras;  // what the forward kept for backward (dispatch::save_for_backward)
+  // While a formula runs under create_graph: the output with this node as its
+  // grad_fn, so that a formula using output() is differentiable through it.
+  Tensor attached_out;
   // False while a backward that frees the graph after it (no retain_graph)
   // runs the formula: then take_input may move a saved input out.
   bool retained = true;
@@ -60,7 +69,7 @@ struct Saved {
   // when the graph will not run again, a copy when it will (retain_graph).
   Tensor take_input(size_t i);
   const Tensor& extra(size_t i) const;
-  const Tensor& output() const { return out.get(op); }
+  const Tensor& output() const { return attached_out.defined() ? attached_out : out.get(op); }
 };
 
 // An input's metadata, so the engine can check and cast incoming grads.
@@ -71,7 +80,7 @@ struct InputMeta {
   DType grad_dtype;  // dtype, or the wider one its cast node takes (Saved::grad_dtypes)
 };
 
-struct Node {
+struct Node : std::enable_shared_from_this<Node> {
   std::string name;
   std::vector<std::shared_ptr<Node>> next;  // one per input; nullptr: no grad needed
   std::vector<InputMeta> input_meta;
@@ -83,7 +92,11 @@ struct Node {
   virtual void release() {}  // free saved tensors once the graph has been run
 };
 
-// Formulas take `const Saved&` but for the few that take_input.
+// Formulas take `const Saved&` but for the few that take_input. A formula
+// runs with grad mode off, or on under create_graph (autograd::grad): then
+// the ops it calls record, and its result is differentiable in turn as long
+// as it is built from ops; one that calls kernels directly is wrapped in
+// dispatch::once_differentiable.
 using BackwardFn = std::function<Grads(Saved&, const Tensor& grad_output)>;
 
 // The node the dispatcher records for an op: saved tensors + formula.

@@ -12,12 +12,15 @@
 #include <halfgrad/core/indexing.h>
 #include <halfgrad/core/random.h>
 #include <halfgrad/core/tensor.h>
+#include <halfgrad/autograd/function.h>
+#include <halfgrad/autograd/grad.h>
 #include <halfgrad/autograd/grad_mode.h>
 #include <halfgrad/autograd/hooks.h>
 #include <halfgrad/ops/ops.h>
 #include <halfgrad/ops/operators.h>
 #include <halfgrad/amp/anomaly.h>
 #include <halfgrad/amp/autocast.h>
+#include <halfgrad/amp/custom_function.h>
 #include <halfgrad/amp/grad_scaler.h>
 #include <halfgrad/amp/monitor.h>
 #include <halfgrad/amp/numerics.h>

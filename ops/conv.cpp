@@ -164,7 +164,7 @@ Tensor conv_nd(OpId id, int nd, const Tensor& input, const Tensor& weight, const
         kernels::conv_forward(x, w, b, g, y);
         return y;
       },
-      [g](const Saved& s, const Tensor& grad) -> Grads {
+      dispatch::once_differentiable(id, [g](const Saved& s, const Tensor& grad) -> Grads {
         const MemoryFormat f = activation_format(s.input(0));
         const Tensor dy = grad.contiguous(f);
         const bool has_bias = s.input(2).defined();
@@ -184,7 +184,7 @@ Tensor conv_nd(OpId id, int nd, const Tensor& input, const Tensor& weight, const
           db = bias_grad(dy);
         }
         return {dx, dw, db};
-      });
+      }));
   return batched ? y : y.squeeze(0);
 }
 
@@ -237,7 +237,7 @@ Tensor conv_transpose_nd(OpId id, int nd, const Tensor& input, const Tensor& wei
         if (in[2].defined()) add_bias(y, in[2]);
         return y;
       },
-      [g](const Saved& s, const Tensor& grad) -> Grads {
+      dispatch::once_differentiable(id, [g](const Saved& s, const Tensor& grad) -> Grads {
         const MemoryFormat f = activation_format(s.input(0));
         const Tensor gy = grad.contiguous(f);
         Tensor dx, dw, db;
@@ -251,7 +251,7 @@ Tensor conv_transpose_nd(OpId id, int nd, const Tensor& input, const Tensor& wei
         }
         if (s.input(2).defined() && s.needs_grad[2]) db = bias_grad(gy);
         return {dx, dw, db};
-      });
+      }));
   return batched ? y : y.squeeze(0);
 }
 

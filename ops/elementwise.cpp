@@ -7,6 +7,7 @@
 
 #include <halfgrad/dispatch/dispatch.h>
 #include <halfgrad/kernels/kernels.h>
+#include <halfgrad/ops/grad_ops.h>
 #include <halfgrad/ops/ops.h>
 #include <halfgrad/ops/util.h>
 
@@ -17,6 +18,7 @@ using dispatch::Save;
 using dispatch::Saved;
 using kernels::BinaryOp;
 using kernels::UnaryOp;
+using ops::creating_graph;
 
 namespace {
 
@@ -93,6 +95,8 @@ Tensor tie_split_grad(const Tensor& g, const Tensor& loses, const Tensor& ties) 
 }
 
 Tensor logical_and(const Tensor& a, const Tensor& b) { return where(a, b, a); }
+Tensor zero_like(const Tensor& g) { return ops::scalar_tensor(0.0, g.dtype(), g.device()); }
+
 Tensor logical_or(const Tensor& a, const Tensor& b) { return where(a, a, b); }
 
 // remainder/fmod: a binary kernel; integer divisors of 0 are an Error on the
@@ -274,6 +278,7 @@ Tensor relu(const Tensor& a) {
   return unary_op(OpId::relu, UnaryOp::Relu, a,
                   [](const Saved& s, const Tensor& g) -> Grads {
                     // one pass, no mask tensor: g where the output is positive
+                    if (creating_graph()) return {masked_grad(g.to(s.output().dtype()), gt(s.output(), 0.0))};
                     return {binary_kernel(BinaryOp::ReluBackward, g.to(s.output().dtype()), s.output(), g.shape())};
                   },
                   Save::Output, {}, false);
@@ -289,6 +294,8 @@ Tensor gelu(const Tensor& a, std::string_view approximate) {
                   [grad_op = tanh_form ? BinaryOp::GeluTanhBackward : BinaryOp::GeluBackward](
                       const Saved& s, const Tensor& g) -> Grads {
                     const Tensor& x = s.input(0);
+                    if (creating_graph())
+                      return {mul(g.to(x.dtype()), ops::gelu_grad_ops(x, grad_op == BinaryOp::GeluTanhBackward))};
                     return {binary_kernel(grad_op, g.to(x.dtype()), x, g.shape())};
                   },
                   Save::Inputs);
@@ -298,6 +305,7 @@ Tensor sigmoid(const Tensor& a) {
   return unary_op(OpId::sigmoid, UnaryOp::Sigmoid, a,
                   [](const Saved& s, const Tensor& g) -> Grads {
                     const Tensor& y = s.output();
+                    if (creating_graph()) return {mul(g.to(y.dtype()), mul(y, neg(sub(y, 1.0))))};  // y (1 - y)
                     return {binary_kernel(BinaryOp::SigmoidBackward, g.to(y.dtype()), y, g.shape())};
                   },
                   Save::Output);
@@ -322,6 +330,10 @@ Tensor hardswish(const Tensor& a) {
   return unary_op(OpId::hardswish, UnaryOp::Hardswish, a,
                   [](const Saved& s, const Tensor& g) -> Grads {
                     const Tensor& x = s.input(0);
+                    if (creating_graph()) {  // 0 below -3, x / 3 + 1/2 up to 3, then 1
+                      const Tensor gx = g.to(x.dtype());
+                      return {where(lt(x, -3.0), zero_like(gx), where(le(x, 3.0), mul(gx, add(div(x, 3.0), 0.5)), gx))};
+                    }
                     return {binary_kernel(BinaryOp::HardswishBackward, g.to(x.dtype()), x, g.shape())};
                   },
                   Save::Inputs);
@@ -332,6 +344,8 @@ Tensor hardsigmoid(const Tensor& a) {
   return unary_op(OpId::hardsigmoid, UnaryOp::Hardsigmoid, a,
                   [](const Saved& s, const Tensor& g) -> Grads {
                     const Tensor& x = s.input(0);
+                    if (creating_graph())  // 1/6 strictly inside (-3, 3)
+                      return {masked_grad(mul(g.to(x.dtype()), 1.0 / 6.0), logical_and(gt(x, -3.0), lt(x, 3.0)))};
                     return {binary_kernel(BinaryOp::HardsigmoidBackward, g.to(x.dtype()), x, g.shape())};
                   },
                   Save::Inputs);
@@ -342,6 +356,8 @@ Tensor relu6(const Tensor& a) {
   return unary_op(OpId::relu6, UnaryOp::Relu6, a,
                   [](const Saved& s, const Tensor& g) -> Grads {
                     const Tensor& x = s.input(0);
+                    if (creating_graph())  // 0 at and beyond the kinks
+                      return {masked_grad(g.to(x.dtype()), logical_and(gt(x, 0.0), lt(x, 6.0)))};
                     return {binary_kernel(BinaryOp::Relu6Backward, g.to(x.dtype()), x, g.shape())};
                   },
                   Save::Inputs, {}, false);
@@ -406,6 +422,7 @@ Tensor tanh(const Tensor& a) {
   return unary_op(OpId::tanh, UnaryOp::Tanh, a,
                   [](const Saved& s, const Tensor& g) -> Grads {
                     const Tensor& y = s.output();
+                    if (creating_graph()) return {mul(g.to(y.dtype()), neg(sub(mul(y, y), 1.0)))};  // 1 - y^2
                     return {binary_kernel(BinaryOp::TanhBackward, g.to(y.dtype()), y, g.shape())};
                   },
                   Save::Output);

@@ -8,6 +8,7 @@
 
 #include <halfgrad/dispatch/dispatch.h>
 #include <halfgrad/kernels/kernels.h>
+#include <halfgrad/ops/grad_ops.h>
 #include <halfgrad/ops/ops.h>
 #include <halfgrad/ops/util.h>
 
@@ -172,6 +173,16 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activat
         const Tensor& w = s.input(1);
         const bool has_bias = s.input(2).defined();
         const Tensor g2 = (g.dim() == 2 ? g : g.reshape({-1, g.shape().back()})).contiguous();
+        if (ops::creating_graph()) {  // with ops, differentiable again; the GELUs' z recomputed from x
+          const Tensor xr = x.dim() == 2 ? x : x.reshape({-1, x.shape().back()});
+          const Tensor z = act == Activation::ReLU ? s.output().reshape(g2.shape())
+                           : kernels::is_gelu(act)  ? linear(xr, w, s.input(2))
+                                                    : Tensor();
+          const Tensor gz = ops::activation_grad_ops(act, g2, z);
+          const Tensor dx = s.needs_grad[0] ? mm(gz, w) : Tensor();
+          return {dx.defined() && x.dim() != 2 ? dx.reshape(x.shape()) : dx, s.needs_grad[1] ? mm(gz.t(), xr) : Tensor(),
+                  has_bias && s.needs_grad[2] ? sum(gz, {0}) : Tensor()};
+        }
         const Tensor x2 = gemm_operand(x.dim() == 2 ? x : x.reshape({-1, x.shape().back()}));
         Tensor saved;
         if (act == Activation::ReLU) saved = s.output().reshape(g2.shape());

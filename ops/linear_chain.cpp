@@ -8,6 +8,7 @@
 
 #include <halfgrad/dispatch/dispatch.h>
 #include <halfgrad/kernels/kernels.h>
+#include <halfgrad/ops/grad_ops.h>
 #include <halfgrad/ops/ops.h>
 #include <halfgrad/ops/util.h>
 
@@ -60,6 +61,30 @@ void check_dtypes(const std::vector<Tensor>& in) {
 
 Tensor rows_of(const Tensor& t) { return t.dim() == 2 ? t : t.reshape({-1, t.shape().back()}); }
 
+// Under create_graph: the chain run again layer by layer with ops from the
+// saved inputs (so each hidden output is a function of x and the weights),
+// then its backward with ops: differentiable again.
+dispatch::Grads chain_grad_ops(const dispatch::Saved& s, const Tensor& g, const std::vector<Activation>& acts,
+                               const Shape& x_shape) {
+  const size_t layers = acts.size();
+  std::vector<Tensor> h{rows_of(s.input(0))}, z;
+  for (size_t i = 0; i < layers; ++i) {
+    z.push_back(linear(h[i], s.input(1 + 2 * i), s.input(2 + 2 * i)));
+    const Activation a = acts[i];
+    h.push_back(a == Activation::ReLU ? relu(z[i]) : is_gelu(a) ? gelu(z[i], a == Activation::GELU ? "none" : "tanh") : z[i]);
+  }
+  dispatch::Grads grads(1 + 2 * layers);
+  Tensor gh = rows_of(g);
+  for (size_t i = layers; i-- > 0;) {
+    const Tensor gz = ops::activation_grad_ops(acts[i], gh, z[i]);
+    if (s.needs_grad[1 + 2 * i]) grads[1 + 2 * i] = mm(gz.t(), h[i]);
+    if (s.needs_grad[2 + 2 * i]) grads[2 + 2 * i] = sum(gz, {0});
+    if (i > 0 || s.needs_grad[0]) gh = mm(gz, s.input(1 + 2 * i));
+  }
+  if (s.needs_grad[0]) grads[0] = x_shape.size() != 2 ? gh.reshape(x_shape) : gh;
+  return grads;
+}
+
 }  // namespace
 
 Tensor linear_chain(const Tensor& x, const std::vector<Tensor>& weights, const std::vector<Tensor>& biases,
@@ -100,6 +125,7 @@ Tensor linear_chain(const Tensor& x, const std::vector<Tensor>& weights, const s
       },
       [acts = activations, x_shape = x.shape()](dispatch::Saved& s, const Tensor& g) -> dispatch::Grads {
         const int64_t layers = static_cast<int64_t>(acts.size());
+        if (ops::creating_graph()) return chain_grad_ops(s, g, acts, x_shape);
         // Only the gradients someone needs (PyTorch's needs_input_grad), and only the
         // saved tensors those read: nothing below the lowest wanted gradient.
         int64_t lowest = s.needs_grad[0] ? -1 : layers;

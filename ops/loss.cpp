@@ -12,6 +12,7 @@
 #include <halfgrad/dispatch/grad_mode.h>
 #include <halfgrad/dispatch/dispatch.h>
 #include <halfgrad/kernels/kernels.h>
+#include <halfgrad/ops/grad_ops.h>
 #include <halfgrad/ops/ops.h>
 #include <halfgrad/ops/util.h>
 
@@ -40,6 +41,11 @@ Tensor softmax_impl(OpId id, const Tensor& a, int64_t dim, bool log) {
         return last ? y : y.transpose(d, -1);
       },
       [d, last, log](const Saved& s, const Tensor& g) -> Grads {
+        if (ops::creating_graph()) {  // with ops: differentiable again (y is this node's output)
+          const Tensor& y = s.output();
+          if (log) return {sub(g, mul(exp(y), sum(g, {d}, true)))};
+          return {mul(y, sub(g, sum(mul(g, y), {d}, true)))};
+        }
         const Tensor y = (last ? s.output() : s.output().transpose(d, -1)).contiguous();
         const Tensor gl = (last ? g : g.transpose(d, -1)).contiguous();
         Tensor gi = make_tensor(y.shape(), y.options());
@@ -85,6 +91,20 @@ Tensor per_sample_grad(const Tensor& g, Reduction reduction, int64_t n, const Te
   return ops::broadcast_to(gs, {n});  // a stride-0 view: the kernels read grad[i * stride]
 }
 
+// Under create_graph: per_sample_grad without the stride-0 view (0-d for a
+// reduced loss, broadcast by the ops that use it).
+Tensor reduced_grad_ops(const Tensor& g, Reduction reduction, const Tensor& count) {
+  return reduction == Reduction::Mean ? div(g, count.to(g.dtype())) : g;
+}
+
+// Under create_graph: nll's gradient with ops, -gs[i] at (i, target[i]) and 0
+// in rows whose target is ignore_index; differentiable in gs.
+Tensor target_grad_ops(const Tensor& gs, const Tensor& target, int64_t classes, int64_t ignore_index) {
+  const Tensor valid = ne(target, static_cast<double>(ignore_index));
+  const Tensor picked = one_hot(where(valid, target, zeros_like(target)), classes).to(gs.dtype());
+  return neg(mul(picked, mul(gs, valid.to(gs.dtype())).unsqueeze(1)));
+}
+
 }  // namespace
 
 Tensor softmax(const Tensor& a, int64_t dim) { return softmax_impl(OpId::softmax, a, dim, false); }
@@ -105,6 +125,9 @@ Tensor nll_loss_op(const char* op, const Tensor& log_probs, const Tensor& target
       },
       [=](const Saved& s, const Tensor& g) -> Grads {
         const Tensor& t = s.input(1);
+        if (ops::creating_graph())
+          return {target_grad_ops(reduced_grad_ops(g, reduction, *count), t, s.input(0).shape()[1], ignore_index),
+                  Tensor()};
         Tensor glp = make_tensor(s.input(0).shape(), g.options());
         const Tensor k = count->defined() ? count->to(g.dtype()) : *count;
         kernels::nll_loss_backward(per_sample_grad(g, reduction, n, k), t.contiguous(), glp, ignore_index);
@@ -135,6 +158,13 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
       },
       [=](const Saved& s, const Tensor& g) -> Grads {
         const Tensor& t = s.input(1);
+        if (ops::creating_graph()) {  // softmax(x) - one-hot, with ops from the saved logits
+          const Tensor& x = s.input(0);
+          const Tensor gs = reduced_grad_ops(g.to(x.dtype()), reduction, *count);
+          const Tensor valid = ne(t, static_cast<double>(ignore_index)).to(x.dtype());
+          return {add(mul(softmax(x, 1), mul(gs, valid).unsqueeze(1)), target_grad_ops(gs, t, x.shape()[1], ignore_index)),
+                  Tensor()};
+        }
         const Tensor k = count->defined() ? count->to(logp->dtype()) : *count;
         Tensor gx = make_tensor(logp->shape(), logp->options());
         // softmax(x) - one-hot, times each sample's gradient

@@ -109,7 +109,7 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
         }
         return y;
       },
-      [training, c](const Saved& s, const Tensor& g) -> Grads {
+      dispatch::once_differentiable(OpId::batch_norm, [training, c](const Saved& s, const Tensor& g) -> Grads {
         const MemoryFormat f = s.input(0).suggest_memory_format();
         const Tensor x = s.input(0).contiguous(f);
         const DType a = stat_dtype(x.dtype());
@@ -120,7 +120,7 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
         Tensor db = s.input(2).defined() && s.needs_grad[2] ? make_tensor({c}, stat_opts) : Tensor();
         kernels::batch_norm_backward(g.contiguous(f), x, s.extra(0), s.extra(1), w, training, dx, dw, db);
         return {dx, dw, db};  // the engine casts dw, db to the parameters' dtype
-      },
+      }),
       Save::Inputs);
 }
 
@@ -216,11 +216,11 @@ Tensor max_pool2d(const Tensor& input, SizeArg kernel_size, std::optional<SizeAr
         if (dispatch::recording()) dispatch::save_for_backward(idx);
         return y;
       },
-      [p, f, in_shape = input.shape()](const Saved& s, const Tensor& g) -> Grads {
+      dispatch::once_differentiable(OpId::max_pool2d, [p, f, in_shape = input.shape()](const Saved& s, const Tensor& g) -> Grads {
         Tensor dx = make_tensor(in_shape, g.options(), f);
         kernels::max_pool2d_backward(dense(g, f), s.extra(0), p.geo, dx);
         return {dx};
-      },
+      }),
       Save::Nothing);
 }
 
@@ -242,11 +242,11 @@ Tensor avg_pool2d(const Tensor& input, SizeArg kernel_size, std::optional<SizeAr
         kernels::avg_pool2d(x, p.geo, y);
         return y;
       },
-      [p, f, in_shape = input.shape()](const Saved&, const Tensor& g) -> Grads {
+      dispatch::once_differentiable(OpId::avg_pool2d, [p, f, in_shape = input.shape()](const Saved&, const Tensor& g) -> Grads {
         Tensor dx = make_tensor(in_shape, g.options(), f);
         kernels::avg_pool2d_backward(dense(g, f), p.geo, dx);
         return {dx};
-      },
+      }),
       Save::Nothing);
 }
 
@@ -268,11 +268,11 @@ Tensor adaptive_avg_pool2d(const Tensor& input, SizeArg output_size) {
         kernels::adaptive_avg_pool2d(x, y);
         return y;
       },
-      [f, in_shape = input.shape()](const Saved&, const Tensor& g) -> Grads {
+      dispatch::once_differentiable(OpId::adaptive_avg_pool2d, [f, in_shape = input.shape()](const Saved&, const Tensor& g) -> Grads {
         Tensor dx = make_tensor(in_shape, g.options(), f);
         kernels::adaptive_avg_pool2d_backward(dense(g, f), dx);
         return {dx};
-      },
+      }),
       Save::Nothing);
 }
 

@@ -4,7 +4,9 @@
 
 #include <halfgrad/core/alias.h>
 #include <halfgrad/dispatch/dispatch.h>
+#include <halfgrad/dispatch/grad_mode.h>
 #include <halfgrad/kernels/kernels.h>
+#include <halfgrad/ops/grad_ops.h>
 #include <halfgrad/ops/ops.h>
 #include <halfgrad/ops/util.h>
 
@@ -105,6 +107,19 @@ Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
   return permute(dims);
 }
 
+namespace {
+// narrow's and slice's backward under create_graph: g scattered with ops into
+// zeros at positions start, start + step, ... of dim d (differentiable in g).
+Tensor strided_grad_ops(const Tensor& g, const Shape& in_shape, int64_t d, int64_t start, int64_t length,
+                        int64_t step) {
+  Shape at(g.shape().size(), 1);
+  at[static_cast<size_t>(d)] = length;
+  const Tensor index = add(mul(arange(length, TensorOptions(DType::Int64, g.device())), static_cast<double>(step)),
+                           static_cast<double>(start));
+  return scatter_add(zeros(in_shape, g.options()), d, index.reshape(at).expand(g.shape()).contiguous(), g);
+}
+}  // namespace
+
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   HG_CHECK(dim() > 0, "narrow: cannot narrow a 0-d tensor ({})", describe());
   d = ops::wrap_dim("narrow", d, dim());
@@ -121,6 +136,7 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
   Shape in_shape = this->shape();
   return make_view(OpId::narrow, *this, shape, strides(), offset() + start * strides()[d],
                    [in_shape, d, start, length](const Saved&, const Tensor& g) -> Grads {
+                     if (ops::creating_graph()) return {strided_grad_ops(g, in_shape, d, start, length, 1)};
                      Tensor full = zeros(in_shape, g.options());
                      kernels::copy(full.narrow(d, start, length), g);
                      return {full};
@@ -154,6 +170,7 @@ Tensor Tensor::slice(int64_t d, std::optional<int64_t> start_opt, std::optional<
   Shape in_shape = this->shape();
   return make_view(OpId::slice, *this, shape, strides, off,
                    [in_shape, d, start, length, step](const Saved&, const Tensor& g) -> Grads {
+                     if (ops::creating_graph()) return {strided_grad_ops(g, in_shape, d, start, length, step)};
                      Tensor full = zeros(in_shape, g.options());
                      Shape st = full.strides();
                      Shape sh = in_shape;
@@ -227,7 +244,11 @@ Tensor Tensor::expand(const Shape& shape) const {
              this->shape()[i - lead]);
   }
   (void)shape_numel(target, "expand");  // overflow: an Error naming expand
-  Tensor v = ops::broadcast_to(*this, target);
+  Tensor v;
+  {
+    NoGradGuard alias_only;  // the strides; the view is recorded below
+    v = ops::broadcast_to(*this, target);
+  }
   Shape in_shape = this->shape();
   return make_view(OpId::expand, *this, target, v.strides(), offset(),
                    [in_shape](const Saved&, const Tensor& g) -> Grads { return {sum_to(g, in_shape)}; });

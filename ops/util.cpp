@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include <halfgrad/dispatch/grad_mode.h>
 #include <halfgrad/kernels/kernels.h>
 
 namespace halfgrad::ops {
@@ -36,6 +37,8 @@ void check_defined(std::string_view op, std::initializer_list<std::pair<std::str
 
 Tensor broadcast_to(const Tensor& t, const Shape& shape) {
   if (t.shape() == shape) return t;
+  // in a formula under create_graph, a gradient that has a graph keeps it
+  if (t.requires_grad() && autograd::grad_enabled()) return t.expand(shape);
   check_broadcasts_to("broadcast_to", "tensor", t.shape(), shape);
   const size_t lead = shape.size() - t.shape().size();
   Shape strides(shape.size(), 0);

@@ -2,8 +2,10 @@
 // of one C++ file, so the page's snippets are compiled and run by CTest
 // (tests/docs/CMakeLists.txt). `#line` points compiler errors back into the page.
 //
-//   extract_snippets <page.md> <out.cpp>
+//   extract_snippets <page.md> <out.cpp> [--marked]
 //
+// --marked takes only the blocks right after a line `<!-- test -->` (a page
+// whose other blocks are fragments, like docs/amp.md); without it, every block.
 // A block is the body of a function; lines of a block before a line
 // `// --- body` are put at namespace scope instead (structs, helper functions).
 // The generated main(N) runs snippet N (1-based) and reports an exception as a failure.
@@ -21,8 +23,9 @@ struct Block {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::cerr << "usage: extract_snippets <page.md> <out.cpp>\n";
+  const bool marked = argc == 4 && std::string(argv[3]) == "--marked";
+  if (argc != 3 && !marked) {
+    std::cerr << "usage: extract_snippets <page.md> <out.cpp> [--marked]\n";
     return 2;
   }
   std::ifstream in(argv[1]);
@@ -32,14 +35,16 @@ int main(int argc, char** argv) {
   }
   std::vector<Block> blocks;
   std::string line;
-  bool inside = false;
-  for (int n = 1; std::getline(in, line); ++n) {
+  bool inside = false, taken = false;
+  std::string before;  // the line before this one
+  for (int n = 1; std::getline(in, line); before = line, ++n) {
     if (!inside && line.rfind("```cpp", 0) == 0) {
       inside = true;
-      blocks.push_back({n + 1, {}});
+      taken = !marked || before == "<!-- test -->";
+      if (taken) blocks.push_back({n + 1, {}});
     } else if (inside && line.rfind("```", 0) == 0) {
       inside = false;
-    } else if (inside) {
+    } else if (inside && taken) {
       blocks.back().lines.push_back(line);
     }
   }
