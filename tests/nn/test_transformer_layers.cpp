@@ -218,8 +218,9 @@ TEST_CASE("MultiheadAttention matches a float64 reference from its own parameter
       const Tensor xq = hgtest::uniform({N, L, E}, dt), xk = hgtest::uniform({N, S, E}, dt),
                    xv = hgtest::uniform({N, S, E}, dt);
       const auto in = [&](const Tensor& x) { return batch_first ? x : x.transpose(0, 1).contiguous(); };
+      // the module's output as a batch-first float64 tensor
       const auto out_values = [&](const Tensor& y, int64_t T) {
-        return batch_first ? values(y) : swap01(values(y), T, N, E);
+        return hgtest::make(batch_first ? values(y) : swap01(values(y), T, N, E), {N, T, E}, hg::float64);
       };
       std::vector<double> w;
 
