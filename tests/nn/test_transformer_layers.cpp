@@ -3,17 +3,20 @@
 // references computed here from the modules' own parameters (MultiheadAttention:
 // the projections, per-head attention, averaged weights, with batch_first both
 // ways, key_padding_mask, attn_mask, is_causal, distinct query/key/value,
-// unbatched input), dropout in training only, gradients, errors.
+// unbatched input), dropout in training only, gradients, errors; and
+// ("[.interop]", CTest's test_nn:interop) against PyTorch's own modules.
 #include <catch2/catch.hpp>
 
 #include <halfgrad.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "temp_dir.h"
 #include "test_util.h"
 
 namespace hg = halfgrad;
@@ -363,4 +366,61 @@ TEST_CASE("MultiheadAttention: gradients, dropout only in training, autocast, er
       {"batch sizes", [&] { m32(x3, hgtest::uniform({3, 5, 8}, hg::float32), hgtest::uniform({3, 5, 8}, hg::float32)); },
        {"MultiheadAttention", "batch size"}},
   });
+}
+
+// Hidden ("[.interop]"): CTest's test_nn:interop runs it where /usr/bin/python3
+// has torch (skipped elsewhere). PyTorch loads our state dicts into its own
+// LayerNorm and MultiheadAttention and compares their outputs with ours.
+TEST_CASE("LayerNorm and MultiheadAttention match PyTorch's with the same weights", "[nn][mha][.interop]") {
+  REQUIRE(std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0);
+  const int64_t E = 12, H = 3, N = 2, L = 4, S = 6;
+  std::vector<std::pair<std::string, Tensor>> out = {{"dims", hgtest::make({double(E), double(H)}, {2}, hg::int64)}};
+  const auto add_state = [&](const std::string& prefix, const nn::Module& m) {
+    for (const auto& [k, v] : m.state_dict()) out.emplace_back(prefix + "state." + k, v);
+  };
+  nn::LayerNorm ln(E);
+  {
+    hg::NoGradGuard g;
+    ln.weight.copy_(hgtest::uniform({E}, hg::float32, 0.5, 1.5));
+    ln.bias.copy_(hgtest::uniform({E}, hg::float32));
+  }
+  ln.to(hg::float64);
+  const Tensor lx = hgtest::uniform({3, 5, E}, hg::float64, -2, 4);
+  add_state("ln.", ln);
+  out.emplace_back("ln.x", lx);
+  out.emplace_back("ln.y", ln(lx).detach());
+  const Tensor kpm = hgtest::make({0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 1}, {N, S}, DType::Bool);
+  const Tensor am = hgtest::make({0, 1, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0}, {L, S},
+                                 DType::Bool);
+  nn::MultiheadAttention seq(E, H), bf(E, H, {.batch_first = true});
+  for (auto* m : {&seq, &bf}) {
+    hg::NoGradGuard g;
+    m->in_proj_bias.copy_(hgtest::uniform({3 * E}, hg::float32, -0.5, 0.5));
+    m->out_proj.bias.copy_(hgtest::uniform({E}, hg::float32, -0.5, 0.5));
+    m->to(hg::float64);
+    m->eval();
+  }
+  for (const auto& [prefix, m] : {std::pair<std::string, nn::MultiheadAttention*>{"mha.", &seq}, {"mha_bf.", &bf}}) {
+    const Shape qs = m->batch_first ? Shape{N, L, E} : Shape{L, N, E}, ks = m->batch_first ? Shape{N, S, E} : Shape{S, N, E};
+    const Tensor q = hgtest::uniform(qs, hg::float64), k = hgtest::uniform(ks, hg::float64),
+                 v = hgtest::uniform(ks, hg::float64);
+    add_state(prefix, *m);
+    out.emplace_back(prefix + "q", q);
+    out.emplace_back(prefix + "k", k);
+    out.emplace_back(prefix + "v", v);
+    out.emplace_back(prefix + "kpm", kpm);
+    out.emplace_back(prefix + "am", am);
+    hg::NoGradGuard g;
+    auto [y, w] = (*m)(q, k, v, {.key_padding_mask = kpm, .attn_mask = am});
+    out.emplace_back(prefix + "out", y);
+    out.emplace_back(prefix + "w", w);
+    auto [ys, ws] = (*m)(q, q, q, {.average_attn_weights = false});
+    out.emplace_back(prefix + "self_out", ys);
+    out.emplace_back(prefix + "self_w", ws);
+  }
+  hgtest::TempDir dir;
+  nn::save_safetensors(dir / "transformer.safetensors", out, {{"writer", "halfgrad"}});
+  const std::string cmd =
+      "/usr/bin/python3 " HALFGRAD_TESTS_DIR "/nn/transformer_interop.py check " + (dir / "transformer.safetensors");
+  CHECK(std::system(cmd.c_str()) == 0);
 }
