@@ -131,12 +131,14 @@ constexpr Builtin kCpu[] = {
       "to_device", "fill", "copy", "sort", "argsort", "topk", "min", "argmin", "amax", "amin", "all", "any",     \
       "isclose", "isnan", "isinf", "isfinite", "remainder", "fmod", "index_select", "gather", "scatter",       \
       "masked_fill", "one_hot", "batch_norm", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "hardswish", \
-      "hardsigmoid", "relu6", "sin", "cos", "erf", "floor", "round", "sign", "var", "std"
+      "hardsigmoid", "relu6", "sin", "cos", "erf", "floor", "round", "sign", "var", "std", "embedding"
 constexpr std::string_view kNoRowCuda[] = {HG_NO_ROW_BOTH};
 // PyTorch's CPU lists are shorter: these take fp32 (or promote: scatter_add,
-// index_put) on CUDA only.
+// index_put) on CUDA only. layer_norm too: on the CPU it runs in its input's
+// dtype (its statistics in float32 all the same, ops/layer_norm.cpp).
 constexpr std::string_view kNoRowCpu[] = {HG_NO_ROW_BOTH, "exp", "log", "pow", "softmax", "log_softmax", "sum",
-                                          "cumsum", "logsumexp", "norm", "scatter_add", "index_put"};
+                                          "cumsum", "logsumexp", "norm", "scatter_add", "index_put",
+                                          "layer_norm"};
 #undef HG_NO_ROW_BOTH
 
 // Every op halfgrad has gets a decision, checked when this file compiles: a

@@ -22,8 +22,10 @@ add_library(halfgrad SHARED
   ops/util.cpp ops/factory.cpp ops/shape.cpp ops/elementwise.cpp ops/grad_ops.cpp
   ops/reduce.cpp ops/norms.cpp ops/logical.cpp ops/linalg.cpp ops/linear_chain.cpp ops/loss.cpp ops/print.cpp
   ops/tensor_methods.cpp ops/sort.cpp ops/indexing.cpp ops/index_expr.cpp ops/norm_pool.cpp ops/conv.cpp
+  ops/layer_norm.cpp ops/embedding.cpp ops/attention.cpp
   nn/module.cpp nn/state_dict.cpp nn/init.cpp nn/linear.cpp nn/sequential.cpp nn/clip_grad.cpp
   nn/conv.cpp nn/batchnorm.cpp nn/pooling.cpp nn/models/mobilenet_v3.cpp
+  nn/normalization.cpp nn/sparse.cpp nn/attention.cpp
   nn/safetensors.cpp nn/safetensors_format.cpp
   optim/optimizer.cpp optim/sgd.cpp optim/adam.cpp optim/fused_cpu.cpp optim/lr_scheduler.cpp optim/checkpoint.cpp
   data/dataset.cpp data/loader.cpp data/idx.cpp data/transforms.cpp
@@ -48,9 +50,9 @@ set(HALFGRAD_PUBLIC_HEADERS
     autograd/function.h autograd/grad.h autograd/grad_mode.h autograd/gradcheck.h autograd/hooks.h
     amp/anomaly.h amp/autocast.h amp/custom_function.h amp/grad_scaler.h amp/monitor.h amp/policy.h amp/numerics.h
     kernels/activation.h kernels/numeric_settings.h kernels/threads.h ops/activation.h ops/size_arg.h ops/indexing_ops.h ops/loss_options.h ops/operators.h ops/ops.h ops/sort_ops.h
-    ops/conv_ops.h ops/norm_pool_ops.h
+    ops/conv_ops.h ops/norm_pool_ops.h ops/transformer_ops.h
     nn/activation.h nn/batchnorm.h nn/conv.h nn/dropout.h nn/flatten.h nn/functional.h nn/init.h nn/linear.h nn/loss.h
-    nn/module.h nn/nn.h nn/pooling.h nn/models/mobilenet_v3.h
+    nn/module.h nn/nn.h nn/pooling.h nn/models/mobilenet_v3.h nn/normalization.h nn/sparse.h nn/attention.h
     nn/safetensors.h nn/sequential.h nn/state_dict.h nn/utils.h
     optim/adam.h optim/checkpoint.h optim/lr_scheduler.h optim/optim.h optim/optimizer.h optim/sgd.h
     data/data.h data/dataset.h data/idx.h data/loader.h data/sampler.h data/transforms.h

@@ -1,7 +1,8 @@
 #pragma once
 // halfgrad::nn::functional, as LibTorch's torch::nn::functional (Python's
-// torch.nn.functional): the activations, dropout, linear and every loss, with
-// their option structs (ops/loss_options.h) beside the positional forms.
+// torch.nn.functional): the activations, dropout, linear, every loss, layer_norm,
+// embedding and scaled_dot_product_attention, with the option structs
+// (ops/loss_options.h) beside the positional forms.
 //
 //   namespace F = halfgrad::nn::functional;
 //   F::cross_entropy(logits, target, {.label_smoothing = 0.1});
@@ -44,6 +45,11 @@ using halfgrad::conv3d;
 using halfgrad::conv_transpose1d;
 using halfgrad::conv_transpose2d;
 using halfgrad::conv_transpose3d;
+
+// the transformer's ops (ops/transformer_ops.h)
+using halfgrad::embedding;
+using halfgrad::layer_norm;
+using halfgrad::scaled_dot_product_attention;
 
 // options
 using halfgrad::BCEWithLogitsOptions;

@@ -265,3 +265,5 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
 #include <halfgrad/ops/conv_ops.h>
 // batch_norm, max_pool2d, avg_pool2d, adaptive_avg_pool2d.
 #include <halfgrad/ops/norm_pool_ops.h>
+// layer_norm, embedding, scaled_dot_product_attention.
+#include <halfgrad/ops/transformer_ops.h>
