@@ -95,6 +95,7 @@ Options parse(int argc, char** argv) {
   Options o;
   CLI::App app{"Train a character-level GPT with automatic mixed precision (halfgrad)", "gpt"};
   app.get_formatter()->column_width(30);
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later --flag wins
   app.add_option("--config", o.config,
                  "defaults: cpu (4 layers, 4 heads, n_embd 128, context 64, batch 32: minutes on 2 cores) or "
                  "shakespeare-char (nanoGPT's: 6, 6, 384, 256, 64, dropout 0.2, 5000 iters)")
@@ -376,7 +377,9 @@ struct Precision {
 
 Precision precision_of(const std::string& name, const hg::Device& device) {
   const std::string n = name != "auto" ? name : device.is_cuda() ? "fp16" : "bf16";
-  if (n == "fp32") return {n, hg::kFloat, false, false};
+  // fp32: autocast off. Its dtype still has to be a lower-precision one:
+  // halfgrad's autocast checks it even with enabled=false (PyTorch's does not).
+  if (n == "fp32") return {n, hg::kBFloat16, false, false};
   if (n == "bf16") return {n, hg::kBFloat16, true, false};
   return {n, hg::kHalf, true, true};
 }
