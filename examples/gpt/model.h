@@ -121,14 +121,12 @@ struct GPT : hg::nn::Module {
   // the residual projections (c_proj) ~ N(0, 0.02 / sqrt(2 n_layer)).
   void init_weights() {
     hg::NoGradGuard no_grad;
+    const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(config.n_layer));
     for (auto& [name, p] : named_parameters()) {
-      if (p.dim() == 1) continue;  // biases are 0 already; LayerNorm weights 1
-      const bool residual = name.ends_with("c_proj.weight");
-      hg::nn::init::normal_(p, 0.0, residual ? 0.02 / std::sqrt(2.0 * static_cast<double>(config.n_layer)) : 0.02);
+      if (name.ends_with(".bias")) hg::nn::init::zeros_(p);  // LayerNorm's are 0 already
+      else if (p.dim() >= 2) hg::nn::init::normal_(p, 0.0, name.ends_with("c_proj.weight") ? residual_std : 0.02);
+      // LayerNorm weights stay 1
     }
-    for (auto& [name, p] : named_parameters())
-      if (name.ends_with(".bias") && !name.starts_with("ln") && name.find(".ln_") == std::string::npos)
-        hg::nn::init::zeros_(p);
   }
 
   // idx: int64 [B, T] token ids, T <= block_size. Returns the logits [B, T, vocab].
