@@ -31,4 +31,9 @@ Device Device::parse(std::string_view text) {
 std::ostream& operator<<(std::ostream& os, const Device& d) { return os << d.str(); }
 std::ostream& operator<<(std::ostream& os, DType t) { return os << dtype_name(t); }
 
+void fail_float8_promotion(DType a, DType b) {
+  fail("promote_types({}, {}): fp8 dtypes promote with no other dtype (as in PyTorch): cast the fp8 tensor "
+       "to float32 first, or use ops::scaled_mm for fp8 matrix products", dtype_name(a), dtype_name(b));
+}
+
 }  // namespace halfgrad

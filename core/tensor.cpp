@@ -265,7 +265,7 @@ T Tensor::item() const {
   HG_CHECK(numel() == 1, "item: expected a tensor with one element, got {}", describe());
   Tensor host = device().is_cpu() ? *this : to(Device::cpu());
   // Read the one element in its own dtype, then convert like a C++ cast.
-  return HG_DISPATCH_ALL(host.dtype(), "item", [&]() -> T {
+  return HG_DISPATCH_STORAGE(host.dtype(), "item", [&]() -> T {
     using A = acc_t<scalar_t>;
     const A v = static_cast<A>(*static_cast<const scalar_t*>(host.data_ptr()));
     if constexpr (std::is_same_v<T, int64_t> && std::is_floating_point_v<A>)

@@ -22,6 +22,7 @@ using json_input::quote;
 constexpr std::pair<std::string_view, DType> kCodes[] = {
     {"F32", DType::Float32}, {"F64", DType::Float64}, {"F16", DType::Float16},
     {"BF16", DType::BFloat16}, {"I64", DType::Int64}, {"BOOL", DType::Bool},
+    {"F8_E4M3", DType::Float8_e4m3fn}, {"F8_E5M2", DType::Float8_e5m2},  // safetensors' fp8 names
 };
 
 // The header is at most three levels deep: {name: {"shape": [..]}}.
@@ -97,7 +98,7 @@ DType dtype_from_code(std::string_view code, const std::string& file, const std:
   for (const auto& [c, t] : kCodes)
     if (c == code) return t;
   bad(file, fmt::format("tensor \"{}\" has dtype \"{}\", which halfgrad has no tensor for (it reads F32, F64, F16, "
-                        "BF16, I64 and BOOL); convert it before saving",
+                        "BF16, I64, BOOL, F8_E4M3 and F8_E5M2); convert it before saving",
                         json_input::clip(tensor), json_input::clip(code)));
 }
 

@@ -18,7 +18,7 @@ struct Printer {
 
   std::string element(int64_t offset) const {
     const void* base = t.storage()->data;
-    return HG_DISPATCH_ALL(t.dtype(), "print", [&]() -> std::string {
+    return HG_DISPATCH_STORAGE(t.dtype(), "print", [&]() -> std::string {
       const scalar_t v = static_cast<const scalar_t*>(base)[offset];
       if constexpr (std::is_same_v<scalar_t, bool>) return v ? "True" : "False";
       else if constexpr (std::is_same_v<scalar_t, int64_t>) return fmt::format("{}", v);

@@ -92,8 +92,8 @@ template <typename T>
 T convert(double v) {
   if constexpr (std::is_same_v<T, bool>) {
     return v != 0.0;
-  } else if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
-    return T(static_cast<float>(v));  // core/half.h rounding, identical to the CPU backend
+  } else if constexpr (std::is_same_v<acc_t<T>, float> && !std::is_same_v<T, float>) {
+    return T(static_cast<float>(v));  // core/half.h / float8.h rounding, identical to the CPU backend
   } else if constexpr (std::is_integral_v<T>) {
     return float_to_int64(v);  // NaN and out of range defined, as the CPU backend
   } else {
@@ -275,7 +275,7 @@ void fill(void* dst, DType dtype, size_t n, double value, int device) {
   if (n == 0) return;  // a launch with 0 blocks is an error
   check_device(device, "cuda::fill");
   DeviceGuard guard(device);
-  HG_DISPATCH_ALL(dtype, "cuda::fill", [&] { launch_fill<scalar_t>(dst, n, value); });
+  HG_DISPATCH_STORAGE(dtype, "cuda::fill", [&] { launch_fill<scalar_t>(dst, n, value); });
 }
 
 void synchronize() {

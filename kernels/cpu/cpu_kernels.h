@@ -25,7 +25,7 @@ inline D convert(S x) {
     return x;
   } else if constexpr (std::is_same_v<D, bool>) {
     return static_cast<acc_t<S>>(x) != acc_t<S>(0);
-  } else if constexpr (std::is_same_v<D, Half> || std::is_same_v<D, BFloat16>) {
+  } else if constexpr (std::is_same_v<acc_t<D>, float> && !std::is_same_v<D, float>) {  // half and fp8 types
     return D(static_cast<float>(static_cast<acc_t<S>>(x)));
   } else if constexpr (std::is_integral_v<D> && std::is_floating_point_v<acc_t<S>>) {
     return float_to_int64(static_cast<acc_t<S>>(x));  // D is int64: NaN, inf, 1e30 are defined too

@@ -106,7 +106,7 @@ void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& o
 }
 
 void fill(const Tensor& out, double value) {
-  HG_DISPATCH_ALL(out.dtype(), "fill", [&] {
+  HG_DISPATCH_STORAGE(out.dtype(), "fill", [&] {
     const scalar_t v = convert<scalar_t>(value);
     map<scalar_t>(out, [=]() { return v; });
   });
@@ -153,9 +153,9 @@ void copy(const Tensor& dst, const Tensor& src) {
     return;
   }
   if (bfloat16_cast_fast_path(dst, src)) return;
-  HG_DISPATCH_ALL(dst.dtype(), "copy", [&] {
+  HG_DISPATCH_STORAGE(dst.dtype(), "copy", [&] {
     using D = scalar_t;
-    HG_DISPATCH_ALL(src.dtype(), "copy", [&] {
+    HG_DISPATCH_STORAGE(src.dtype(), "copy", [&] {
       map<D, scalar_t>(dst, [](scalar_t x) { return convert<D>(x); }, src);
     });
   });

@@ -145,7 +145,7 @@ void fill(const Tensor& out, double value) {
   if (out.numel() == 0) return;
   if (out.is_contiguous())  // the runtime's fill: a memset when the bytes allow
     return halfgrad::cuda::fill(out.data_ptr(), out.dtype(), static_cast<size_t>(out.numel()), value, device);
-  HG_DISPATCH_ALL(out.dtype(), "fill", [&] {
+  HG_DISPATCH_STORAGE(out.dtype(), "fill", [&] {
     const scalar_t v = cpu::convert<scalar_t>(value);
     using R = raw_t<sizeof(scalar_t)>;
     R bits;
@@ -172,9 +172,9 @@ void copy(const Tensor& dst, const Tensor& src) {
       default: return raw_copy<8>(dst, src);
     }
   }
-  HG_DISPATCH_ALL(dst.dtype(), "copy", [&] {
+  HG_DISPATCH_STORAGE(dst.dtype(), "copy", [&] {
     using D = scalar_t;
-    HG_DISPATCH_ALL(src.dtype(), "copy", [&] {
+    HG_DISPATCH_STORAGE(src.dtype(), "copy", [&] {
       if constexpr (!std::is_same_v<D, scalar_t>)  // same dtypes were handled above
         elementwise<D, scalar_t>("copy", CastF<D, scalar_t>{}, dst, src);
     });

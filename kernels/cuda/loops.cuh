@@ -110,6 +110,24 @@ struct Elem<BFloat16> {
   static __device__ __forceinline__ uint16_t store(float f) { return float_to_bfloat16_bits(f); }
 };
 
+// fp8: core/float8.h's conversions, bit-identical to the hardware's
+// satfinite (e4m3fn) and IEEE (e5m2) casts and to the CPU backend.
+template <>
+struct Elem<Float8_e4m3fn> {
+  using storage = uint8_t;
+  using acc = float;
+  static __device__ __forceinline__ float load(uint8_t b) { return e4m3fn_bits_to_float(b); }
+  static __device__ __forceinline__ uint8_t store(float f) { return float_to_e4m3fn_bits(f); }
+};
+
+template <>
+struct Elem<Float8_e5m2> {
+  using storage = uint8_t;
+  using acc = float;
+  static __device__ __forceinline__ float load(uint8_t b) { return e5m2_bits_to_float(b); }
+  static __device__ __forceinline__ uint8_t store(float f) { return float_to_e5m2_bits(f); }
+};
+
 template <typename T>
 using storage_t = typename Elem<T>::storage;
 
