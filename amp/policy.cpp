@@ -131,7 +131,8 @@ constexpr Builtin kCpu[] = {
       "to_device", "fill", "copy", "sort", "argsort", "topk", "min", "argmin", "amax", "amin", "all", "any",     \
       "isclose", "isnan", "isinf", "isfinite", "remainder", "fmod", "index_select", "gather", "scatter",       \
       "masked_fill", "one_hot", "batch_norm", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "hardswish", \
-      "hardsigmoid", "relu6", "sin", "cos", "erf", "floor", "round", "sign", "var", "std", "embedding"
+      "hardsigmoid", "relu6", "sin", "cos", "erf", "floor", "round", "sign", "var", "std", "embedding",     \
+      "scaled_mm", "fp8_quantize", "fp8_update_scales"
 constexpr std::string_view kNoRowCuda[] = {HG_NO_ROW_BOTH};
 // PyTorch's CPU lists are shorter: these take fp32 (or promote: scatter_add,
 // index_put) on CUDA only. layer_norm too: on the CPU it runs in its input's

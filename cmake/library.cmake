@@ -18,11 +18,11 @@ add_library(halfgrad SHARED
   kernels/router.cpp kernels/common.cpp kernels/numeric_settings.cpp kernels/cpu/threads.cpp
   kernels/cpu/elementwise.cpp kernels/cpu/reduce.cpp kernels/cpu/softmax.cpp kernels/cpu/random.cpp kernels/cpu/matmul.cpp
   kernels/cpu/linear_chain.cpp kernels/cpu/gemm.cpp kernels/cpu/sort.cpp kernels/cpu/index.cpp kernels/cpu/conv_direct.cpp
-  kernels/cpu/batch_norm.cpp kernels/cpu/pool.cpp
+  kernels/cpu/batch_norm.cpp kernels/cpu/pool.cpp kernels/cpu/fp8.cpp
   ops/util.cpp ops/factory.cpp ops/shape.cpp ops/elementwise.cpp ops/grad_ops.cpp
   ops/reduce.cpp ops/norms.cpp ops/logical.cpp ops/linalg.cpp ops/linear_chain.cpp ops/loss.cpp ops/print.cpp
   ops/tensor_methods.cpp ops/sort.cpp ops/indexing.cpp ops/index_expr.cpp ops/norm_pool.cpp ops/conv.cpp
-  ops/layer_norm.cpp ops/embedding.cpp ops/attention.cpp
+  ops/layer_norm.cpp ops/embedding.cpp ops/attention.cpp ops/fp8.cpp
   nn/module.cpp nn/state_dict.cpp nn/init.cpp nn/linear.cpp nn/sequential.cpp nn/clip_grad.cpp
   nn/conv.cpp nn/batchnorm.cpp nn/pooling.cpp nn/models/mobilenet_v3.cpp
   nn/normalization.cpp nn/sparse.cpp nn/attention.cpp
@@ -44,13 +44,13 @@ set_source_files_properties(kernels/cpu/softmax.cpp kernels/cpu/elementwise.cpp 
 # interface (kernels/kernels.h: no argument checks), the dispatcher and its nodes
 # (dispatch/, but for grad mode), raw views (core/alias.h) and the CPU/CUDA kernel headers stay inside.
 set(HALFGRAD_PUBLIC_HEADERS
-    core/allocator.h core/host_cache.h core/atomic_file.h core/device.h core/dtype.h core/error.h core/format.h core/half.h core/macros.h
+    core/allocator.h core/host_cache.h core/atomic_file.h core/device.h core/dtype.h core/error.h core/format.h core/half.h core/float8.h core/macros.h
     core/indexing.h core/pinned.h core/random.h core/shape.h core/tensor.h
     dispatch/grad_mode.h
     autograd/function.h autograd/grad.h autograd/grad_mode.h autograd/gradcheck.h autograd/hooks.h
     amp/anomaly.h amp/autocast.h amp/custom_function.h amp/grad_scaler.h amp/monitor.h amp/policy.h amp/numerics.h
     kernels/activation.h kernels/numeric_settings.h kernels/threads.h ops/activation.h ops/size_arg.h ops/indexing_ops.h ops/loss_options.h ops/operators.h ops/ops.h ops/sort_ops.h
-    ops/conv_ops.h ops/norm_pool_ops.h ops/transformer_ops.h
+    ops/conv_ops.h ops/norm_pool_ops.h ops/transformer_ops.h ops/fp8_ops.h
     nn/activation.h nn/batchnorm.h nn/conv.h nn/dropout.h nn/flatten.h nn/functional.h nn/init.h nn/linear.h nn/loss.h
     nn/module.h nn/nn.h nn/pooling.h nn/models/mobilenet_v3.h nn/normalization.h nn/sparse.h nn/attention.h
     nn/safetensors.h nn/sequential.h nn/state_dict.h nn/utils.h

@@ -42,6 +42,8 @@
   X(index_select) X(gather) X(scatter) X(scatter_add) X(masked_fill) X(one_hot) X(index_put)                \
   /* the transformer's ops, composites (ops/layer_norm.cpp, ops/embedding.cpp, ops/attention.cpp) */         \
   X(layer_norm) X(embedding) X(scaled_dot_product_attention)                                                \
+  /* fp8 (ops/fp8.cpp) */                                                                                   \
+  X(scaled_mm) X(fp8_quantize) X(fp8_update_scales)                                                         \
   /* in place only (add_, sub_, mul_, div_ use add, sub, mul, div) */                                       \
   X(fill) X(copy)
 // clang-format on

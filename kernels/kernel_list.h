@@ -235,6 +235,31 @@ HG_KERNEL(void, normal, (const Tensor& out, double mean, double std),
           (out, mean, std), out)
 HG_KERNEL(void, randint, (const Tensor& out, int64_t low, int64_t high),
           (out, low, high), out)
+// fp8 (docs/fp8.md). out (float8_e4m3fn or float8_e5m2, in's shape) = in * scale[0],
+// rounded to nearest even and saturated to the format's largest finite value;
+// amax[0] = max(amax[0], max |in|) (a NaN in `in` makes it NaN); saturated[0]
+// (int64, or undefined) += the count of |in * scale| beyond the largest value.
+// scale and amax: one-element float32 views on in's device.
+HG_KERNEL(void, fp8_quantize, (const Tensor& in, const Tensor& scale, const Tensor& out, const Tensor& amax,
+                               const Tensor& saturated),
+          (in, scale, out, amax, saturated), in)
+// Delayed scaling for columns [first, first + fp8_max.size()) of `history`
+// ([L, n] float32, row 0 the newest) and scale, scale_inv ([n] float32): per
+// column, amax = max over the rows (most_recent: row 0); when it is finite and
+// > 0 and fp8_max / amax / 2^margin is finite, that becomes the scale (else
+// the scale stays); scale_inv = 1 / scale; then rows shift down one (the
+// oldest drops) and row 0 becomes 0 for the next amax.
+HG_KERNEL(void, fp8_update_scales, (const Tensor& history, const Tensor& scale, const Tensor& scale_inv,
+                                    int64_t first, const std::vector<float>& fp8_max, float margin,
+                                    bool most_recent),
+          (history, scale, scale_inv, first, fp8_max, margin, most_recent), history)
+// out = (a * scale_a[0]) @ (b * scale_b[0]) (+ bias): a [m, k], b [k, n] fp8
+// (any strides), scale_a/scale_b one-element float32, bias [n] in out's dtype
+// or undefined, out [m, n] contiguous float32, bfloat16 or float16.
+// Products are exact in float32; sums accumulate in float32.
+HG_KERNEL(void, scaled_mm, (const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
+                            const Tensor& bias, const Tensor& out),
+          (a, b, scale_a, scale_b, bias, out), a)
 
 #ifdef HG_KERNEL_LIST_OWNS_CHECKED
 #undef HG_KERNEL_CHECKED

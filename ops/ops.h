@@ -267,3 +267,5 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim = 0);
 #include <halfgrad/ops/norm_pool_ops.h>
 // layer_norm, embedding, scaled_dot_product_attention.
 #include <halfgrad/ops/transformer_ops.h>
+// scaled_mm, fp8_quantize, fp8_update_scales.
+#include <halfgrad/ops/fp8_ops.h>

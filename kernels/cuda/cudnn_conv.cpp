@@ -128,8 +128,7 @@ cudnnDataType_t cudnn_dtype(DType t) {
     case DType::Float64: return CUDNN_DATA_DOUBLE;
     case DType::Float16: return CUDNN_DATA_HALF;
     case DType::BFloat16: return CUDNN_DATA_BFLOAT16;
-    case DType::Int64:
-    case DType::Bool: break;
+    default: break;  // int64, bool, fp8
   }
   fail("conv: dtype {} has no cuDNN convolution (float32, float16, bfloat16; float64 where an engine takes it)",
        dtype_name(t));

@@ -647,6 +647,8 @@ void gemm_impl(const char* op, const Tensor& a, const Tensor& b, const Tensor& o
 // ============================================================================================
 // Public entry points
 
+cublasLtHandle_t cublaslt_handle(int device) { return handle(device); }
+
 void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bias, float beta) {
   constexpr const char* op = "gemm";
   HG_CHECK(out.defined() && out.device().is_cuda(), "{}: out must be a CUDA tensor, got {}", op,

@@ -155,6 +155,8 @@ void gather(const Tensor& in, int64_t dim, const Tensor& index, const Tensor& ou
     case DType::BFloat16: return launch_gather<uint16_t>(in, dim, index, out, device, uint16_t{0x7fc0});
     case DType::Int64: return launch_gather<uint64_t>(in, dim, index, out, device, uint64_t{0});
     case DType::Bool: return launch_gather<uint8_t>(in, dim, index, out, device, uint8_t{0});
+    case DType::Float8_e4m3fn:
+    case DType::Float8_e5m2: return launch_gather<uint8_t>(in, dim, index, out, device, uint8_t{0x7f});  // NaN
   }
   fail("gather: unsupported dtype of {}", in.describe());
 }
