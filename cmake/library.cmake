@@ -14,7 +14,7 @@ add_library(halfgrad SHARED
   dispatch/dispatch.cpp dispatch/layers.cpp dispatch/node.cpp dispatch/grad_mode.cpp
   autograd/engine.cpp autograd/record.cpp autograd/function.cpp
   amp/autocast.cpp amp/policy.cpp amp/scaler_kernels.cpp amp/grad_scaler.cpp amp/grad_norm.cpp amp/numerics.cpp amp/monitor.cpp
-  amp/anomaly.cpp
+  amp/anomaly.cpp amp/fp8.cpp
   kernels/router.cpp kernels/common.cpp kernels/numeric_settings.cpp kernels/cpu/threads.cpp
   kernels/cpu/elementwise.cpp kernels/cpu/reduce.cpp kernels/cpu/softmax.cpp kernels/cpu/random.cpp kernels/cpu/matmul.cpp
   kernels/cpu/linear_chain.cpp kernels/cpu/gemm.cpp kernels/cpu/sort.cpp kernels/cpu/index.cpp kernels/cpu/conv_direct.cpp
@@ -48,7 +48,7 @@ set(HALFGRAD_PUBLIC_HEADERS
     core/indexing.h core/pinned.h core/random.h core/shape.h core/tensor.h
     dispatch/grad_mode.h
     autograd/function.h autograd/grad.h autograd/grad_mode.h autograd/gradcheck.h autograd/hooks.h
-    amp/anomaly.h amp/autocast.h amp/custom_function.h amp/grad_scaler.h amp/monitor.h amp/policy.h amp/numerics.h
+    amp/anomaly.h amp/autocast.h amp/custom_function.h amp/fp8.h amp/grad_scaler.h amp/monitor.h amp/policy.h amp/numerics.h
     kernels/activation.h kernels/numeric_settings.h kernels/threads.h ops/activation.h ops/size_arg.h ops/indexing_ops.h ops/loss_options.h ops/operators.h ops/ops.h ops/sort_ops.h
     ops/conv_ops.h ops/norm_pool_ops.h ops/transformer_ops.h ops/fp8_ops.h
     nn/activation.h nn/batchnorm.h nn/conv.h nn/dropout.h nn/flatten.h nn/functional.h nn/init.h nn/linear.h nn/loss.h

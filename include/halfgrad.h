@@ -21,6 +21,7 @@
 #include <halfgrad/amp/anomaly.h>
 #include <halfgrad/amp/autocast.h>
 #include <halfgrad/amp/custom_function.h>
+#include <halfgrad/amp/fp8.h>
 #include <halfgrad/amp/grad_scaler.h>
 #include <halfgrad/amp/monitor.h>
 #include <halfgrad/amp/numerics.h>

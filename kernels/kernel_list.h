@@ -239,7 +239,7 @@ HG_KERNEL(void, randint, (const Tensor& out, int64_t low, int64_t high),
 // rounded to nearest even and saturated to the format's largest finite value;
 // amax[0] = max(amax[0], max |in|) (a NaN in `in` makes it NaN); saturated[0]
 // (int64, or undefined) += the count of |in * scale| beyond the largest value.
-// scale and amax: one-element float32 views on in's device.
+// in and out contiguous; scale and amax: one-element float32 views on in's device.
 HG_KERNEL(void, fp8_quantize, (const Tensor& in, const Tensor& scale, const Tensor& out, const Tensor& amax,
                                const Tensor& saturated),
           (in, scale, out, amax, saturated), in)
@@ -254,7 +254,7 @@ HG_KERNEL(void, fp8_update_scales, (const Tensor& history, const Tensor& scale, 
                                     bool most_recent),
           (history, scale, scale_inv, first, fp8_max, margin, most_recent), history)
 // out = (a * scale_a[0]) @ (b * scale_b[0]) (+ bias): a [m, k], b [k, n] fp8
-// (any strides), scale_a/scale_b one-element float32, bias [n] in out's dtype
+// (any strides), scale_a/scale_b one-element float32, bias [n] contiguous in out's dtype
 // or undefined, out [m, n] contiguous float32, bfloat16 or float16.
 // Products are exact in float32; sums accumulate in float32.
 HG_KERNEL(void, scaled_mm, (const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,

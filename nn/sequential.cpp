@@ -61,7 +61,10 @@ Tensor Sequential::forward(const Tensor& x) const {
       acts.push_back(act);
       if (act == Activation::None) break;
     }
-    if (layers.size() >= 2) {
+    if (amp::is_fp8_enabled()) {  // fp8 GEMMs one layer at a time: no linear_chain
+      y = steps_[i](y);
+      ++i;
+    } else if (layers.size() >= 2) {
       std::vector<Tensor> weights, biases;
       for (const Linear* lin : layers) {
         weights.push_back(lin->weight);

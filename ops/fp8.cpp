@@ -35,7 +35,7 @@ Tensor scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const 
   if (bias.defined()) {
     HG_CHECK(bias.dim() == 1 && bias.size(0) == b.size(1), "scaled_mm: bias must be [{}], got {}", b.size(1),
              bias.describe());
-    if (bias.dtype() != options.out_dtype) bias = bias.detach().to(options.out_dtype);
+    bias = bias.detach().to(options.out_dtype).contiguous();
   }
   dispatch::check_same_device("scaled_mm", {a, b, scale_a, scale_b, bias});
   return dispatch::call_nograd(OpId::scaled_mm, {a, b, scale_a, scale_b}, [&](const std::vector<Tensor>& in) {
@@ -62,7 +62,7 @@ Tensor fp8_quantize(const Tensor& x, const Tensor& scale, DType fp8_dtype, const
   dispatch::check_same_device("fp8_quantize", {x, scale, amax, saturated});
   return dispatch::call_nograd(OpId::fp8_quantize, {x, scale}, [&](const std::vector<Tensor>& in) {
     Tensor out = make_tensor(x.shape(), TensorOptions(fp8_dtype).device(x.device()));
-    kernels::fp8_quantize(in[0].detach(), in[1], out, amax, saturated);
+    kernels::fp8_quantize(in[0].detach().contiguous(), in[1], out, amax, saturated);
     return out;
   });
 }

@@ -47,8 +47,9 @@ void quantize_loop(const T* x, int64_t n, float scale, uint8_t* dst, float& amax
 
 template <typename Fp8>
 void quantize_typed(const Tensor& in, float scale, const Tensor& out, float& amax, int64_t& saturated) {
-  const Tensor src = in.is_contiguous() ? in : in.contiguous();
-  HG_CHECK(out.is_contiguous(), "fp8_quantize: the output must be contiguous, got {}", out.describe());
+  const Tensor& src = in;
+  HG_CHECK(in.is_contiguous() && out.is_contiguous(), "fp8_quantize: expected contiguous tensors, got {} and {}",
+           in.describe(), out.describe());
   auto* dst = static_cast<uint8_t*>(out.data_ptr());
   HG_DISPATCH_FLOATING(src.dtype(), "fp8_quantize", [&] {
     quantize_loop<Fp8>(static_cast<const scalar_t*>(src.data_ptr()), src.numel(), scale, dst, amax, saturated);

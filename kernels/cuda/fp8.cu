@@ -134,7 +134,8 @@ void fp8_quantize(const Tensor& in, const Tensor& scale, const Tensor& out, cons
            scale.describe(), amax.describe());
   const int64_t n = in.numel();
   if (n == 0) return;
-  const Tensor src = in.is_contiguous() ? in : in.contiguous();
+  HG_CHECK(in.is_contiguous(), "fp8_quantize: expected a contiguous input, got {}", in.describe());
+  const Tensor& src = in;
   auto* sat = saturated.defined() ? static_cast<unsigned long long*>(saturated.data_ptr()) : nullptr;
   const unsigned grid = grid_for(n, kThreads, device);
   HG_DISPATCH_FLOATING(src.dtype(), "fp8_quantize", [&] {
@@ -201,7 +202,6 @@ void scaled_mm(const Tensor& a_in, const Tensor& b_in, const Tensor& scale_a, co
   set_attr(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, int8_t{0});  // Hopper's exact fp32 accumulation
   Tensor bias = bias_in;
   if (bias.defined()) {
-    bias = bias.is_contiguous() ? bias : bias.contiguous();
     set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t{CUBLASLT_EPILOGUE_BIAS});
     set_attr(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias.data_ptr());
     set_attr(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(td));
