@@ -117,9 +117,9 @@ Tensor BufferReader::like_param(const std::string& key, DType dtype) {
   const Tensor& src = get(key);
   HG_CHECK(src.shape() == param_.shape() && src.dtype() == dtype,
            "{}: state[{}][\"{}\"] is {} but parameter {} is {} and this buffer is {}; a buffer must have its "
-           "parameter's shape and the dtype its options give it. Load a state dict saved from an optimizer over the "
-           "same parameters in the same order, with the same state_dtype (and convert the model's dtype after "
-           "loading, not before)",
+           "parameter's shape and dtype (or the state_dtype its options give). Load a state dict saved from an "
+           "optimizer over the same parameters in the same order, with the same state_dtype (and convert the "
+           "model's dtype after loading, not before)",
            op_, index_, key, src.describe(), index_, param_.describe(), dtype_name(dtype));
   NoGradGuard no_grad;
   Tensor out = dtype == param_.dtype() ? empty_like(param_) : empty(param_.shape(), TensorOptions(dtype, param_.device()));
