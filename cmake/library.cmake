@@ -27,7 +27,7 @@ add_library(halfgrad SHARED
   nn/conv.cpp nn/batchnorm.cpp nn/pooling.cpp nn/models/mobilenet_v3.cpp
   nn/normalization.cpp nn/sparse.cpp nn/attention.cpp
   nn/safetensors.cpp nn/safetensors_format.cpp
-  optim/optimizer.cpp optim/sgd.cpp optim/adam.cpp optim/fused_cpu.cpp optim/lr_scheduler.cpp optim/checkpoint.cpp
+  optim/optimizer.cpp optim/sgd.cpp optim/adam.cpp optim/fused_cpu.cpp optim/low_precision.cpp optim/low_precision_cpu.cpp optim/lr_scheduler.cpp optim/checkpoint.cpp
   data/dataset.cpp data/loader.cpp data/idx.cpp data/transforms.cpp
   train/progress.cpp train/metrics_csv.cpp train/loss_monitor.cpp train/overflow_warning.cpp train/memory.cpp
 )
@@ -54,7 +54,7 @@ set(HALFGRAD_PUBLIC_HEADERS
     nn/activation.h nn/batchnorm.h nn/conv.h nn/dropout.h nn/flatten.h nn/functional.h nn/init.h nn/linear.h nn/loss.h
     nn/module.h nn/nn.h nn/pooling.h nn/models/mobilenet_v3.h nn/normalization.h nn/sparse.h nn/attention.h
     nn/safetensors.h nn/sequential.h nn/state_dict.h nn/utils.h
-    optim/adam.h optim/checkpoint.h optim/lr_scheduler.h optim/optim.h optim/optimizer.h optim/sgd.h
+    optim/adam.h optim/checkpoint.h optim/low_precision.h optim/lr_scheduler.h optim/optim.h optim/optimizer.h optim/sgd.h
     data/data.h data/dataset.h data/idx.h data/loader.h data/sampler.h data/transforms.h
     train/loss_monitor.h train/memory.h train/metrics_csv.h train/overflow_warning.h train/progress.h train/train.h)
 target_sources(halfgrad PRIVATE ${HALFGRAD_PUBLIC_HEADERS})

@@ -113,17 +113,27 @@ const Tensor& BufferReader::get(const std::string& key) {
   return it->second;
 }
 
-Tensor BufferReader::like_param(const std::string& key) {
+Tensor BufferReader::like_param(const std::string& key, DType dtype) {
   const Tensor& src = get(key);
-  HG_CHECK(src.shape() == param_.shape() && src.dtype() == param_.dtype(),
-           "{}: state[{}][\"{}\"] is {} but parameter {} is {}; a buffer must have its parameter's shape and dtype. "
-           "Load a state dict saved from an optimizer over the same parameters in the same order (and convert the "
+  HG_CHECK(src.shape() == param_.shape() && src.dtype() == dtype,
+           "{}: state[{}][\"{}\"] is {} but parameter {} is {} and this buffer is {}; a buffer must have its "
+           "parameter's shape and dtype (or the state_dtype its options give). Load a state dict saved from an "
+           "optimizer over the same parameters in the same order, with the same state_dtype (and convert the "
            "model's dtype after loading, not before)",
-           op_, index_, key, src.describe(), index_, param_.describe());
+           op_, index_, key, src.describe(), index_, param_.describe(), dtype_name(dtype));
   NoGradGuard no_grad;
-  Tensor out = empty_like(param_);
+  Tensor out = dtype == param_.dtype() ? empty_like(param_) : empty(param_.shape(), TensorOptions(dtype, param_.device()));
   out.copy_(src);
   return out;
+}
+
+uint64_t BufferReader::bits64(const std::string& key) {
+  const Tensor& src = get(key);
+  HG_CHECK(src.numel() == 1 && src.dtype() == DType::Int64,
+           "{}: state[{}][\"{}\"] is {}; it must be a one-element int64 tensor (a seed's 64 bits)", op_, index_, key,
+           src.describe());
+  const Tensor host = src.cpu().contiguous();
+  return static_cast<uint64_t>(*static_cast<const int64_t*>(host.data_ptr()));
 }
 
 int64_t BufferReader::step(const std::string& key) {

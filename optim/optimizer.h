@@ -9,6 +9,9 @@
 //   step() -> for each group, for each param with a .grad (under no_grad)
 //          -> update(param, grad, state, group options)
 //
+// Each State has a LowPrecisionState `lp` (optim/low_precision.h: master
+// copy, stochastic-rounding stream), whose param_index the loop sets.
+//
 // so each optimizer writes its per-parameter update in exactly one place,
 // and a caller that must decide per step whether updates happen (the AMP
 // loss scaler) has one loop to hook into.
@@ -26,6 +29,7 @@
 #include <halfgrad/amp/grad_scaler.h>
 #include <halfgrad/autograd/grad_mode.h>
 #include <halfgrad/core/tensor.h>
+#include <halfgrad/optim/low_precision.h>
 
 namespace halfgrad::optim {
 
@@ -93,9 +97,14 @@ class BufferReader {
   BufferReader(std::string op, int64_t index, const Tensor& param, const std::map<std::string, Tensor>& buffers)
       : op_(std::move(op)), index_(index), param_(param), buffers_(buffers) {}
   bool has(const std::string& key) const { return buffers_.count(key) != 0; }
+  const Tensor& param() const { return param_; }
   // A copy of the buffer in a new tensor laid out like the parameter, on its
-  // device; the saved one must have the parameter's shape and dtype.
-  Tensor like_param(const std::string& key);
+  // device; the saved one must have the parameter's shape and dtype (or
+  // `dtype`: a float32 state of a bfloat16 parameter, optim/low_precision.h).
+  Tensor like_param(const std::string& key) { return like_param(key, param_.dtype()); }
+  Tensor like_param(const std::string& key, DType dtype);
+  // A one-element int64 tensor's 64 bits (a seed).
+  uint64_t bits64(const std::string& key);
   // A step count: a one-element tensor holding a whole number >= 0.
   int64_t step(const std::string& key);
   // A buffer that must be present (when `why` holds).
@@ -197,6 +206,10 @@ class OptimizerImpl : public Optimizer {
                    name(), i, params[i].describe());
     }
     groups_.push_back({std::move(params), options});
+    // The stochastic-rounding stream's seed, from the global generator when
+    // the first group that asks for SR arrives (usually at construction), so
+    // an optimizer without SR leaves the generator's stream as it was.
+    if (options.stochastic_rounding && !sr_seed_) sr_seed_ = low_precision::draw_seed();
   }
 
   const Options& defaults() const { return defaults_; }
@@ -226,9 +239,11 @@ class OptimizerImpl : public Optimizer {
       if (host_flag < 0) host_flag = scaler.found_inf.item<float>() != 0.0f ? 1 : 0;
       return host_flag == 1;
     };
+    int64_t index = -1;  // over all groups: the state dict's index, part of the SR stream's counter
     for (auto& group : groups_) {
       std::vector<DeviceBatch> batches;  // one per CUDA device, usually one
       for (auto& p : group.params) {
+        ++index;
         Tensor grad = p.grad();
         if (!grad.defined()) continue;
         HG_CHECK(grad.shape() == p.shape() && grad.device() == p.device(),
@@ -241,7 +256,8 @@ class OptimizerImpl : public Optimizer {
                    "a GradScaler keeps its tensors on its gradients' device (use one scaler per device)",
                    name(), s == &scaler.inv_scale ? "inv_scale" : "found_inf", s->describe(), p.describe());
         State& state = state_[p.unsafe_impl()];
-        if (fuses_on_device(p, grad)) {
+        state.lp.param_index = index;
+        if (fuses_on_device(p, grad, group.options)) {
           batch_for(batches, p.device()).add(p, grad, &state);
           continue;
         }
@@ -327,6 +343,8 @@ class OptimizerImpl : public Optimizer {
     for (const auto& [g, lr] : initial_lrs) set_initial_lr(g, lr);
     state_.clear();
     for (auto& [impl, s] : states) state_.emplace(impl, std::move(s));
+    for (const auto& g : groups_)
+      if (g.options.stochastic_rounding && !sr_seed_) sr_seed_ = low_precision::draw_seed();
   }
 
   size_t num_param_groups() const override { return groups_.size(); }
@@ -364,6 +382,14 @@ class OptimizerImpl : public Optimizer {
   // and inv_scale (either may be undefined) are read by the kernels, which
   // leave everything untouched when found_inf is set.
   virtual bool has_fused_device_update() const { return false; }
+  // Whether a bfloat16/float16 CUDA parameter under these options also goes
+  // to update_fused_device (the low-precision kernels, optim/low_precision.h).
+  virtual bool fuses_low_precision(const Tensor& p, const Options& options) const {
+    (void)p, (void)options;
+    return false;
+  }
+  // The seed of the stochastic-rounding stream (0 while no group asked for SR).
+  uint64_t sr_seed() const { return sr_seed_.value_or(0); }
   virtual void update_fused_device(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                                    const std::vector<State*>& states, const Options& options,
                                    const amp::ScalerStep& scaler) {
@@ -388,9 +414,9 @@ class OptimizerImpl : public Optimizer {
     batches.push_back(DeviceBatch{device, {}, {}, {}});
     return batches.back();
   }
-  bool fuses_on_device(const Tensor& p, const Tensor& grad) const {
-    return p.device().is_cuda() && has_fused_device_update() && p.dtype() == DType::Float32 &&
-           grad.dtype() == DType::Float32 && p.is_contiguous() && grad.is_contiguous();
+  bool fuses_on_device(const Tensor& p, const Tensor& grad, const Options& options) const {
+    return p.device().is_cuda() && has_fused_device_update() && grad.dtype() == p.dtype() && p.is_contiguous() &&
+           grad.is_contiguous() && (p.dtype() == DType::Float32 || fuses_low_precision(p, options));
   }
 
   const ParamGroup& checked(size_t group) const {
@@ -401,6 +427,7 @@ class OptimizerImpl : public Optimizer {
   Options defaults_;
   std::vector<ParamGroup> groups_;
   std::unordered_map<const TensorImpl*, State> state_;  // keyed by parameter identity
+  std::optional<uint64_t> sr_seed_;                     // drawn once a group asks for stochastic rounding
 };
 
 }  // namespace halfgrad::optim

@@ -7,6 +7,9 @@
 //   p  -= lr * d_p
 //
 //   hg::optim::SGD optimizer(model.parameters(), {.lr = 0.01, .momentum = 0.9});
+//
+// bfloat16/float16 parameters without float32 master weights: the last three
+// options (optim/low_precision.h), e.g. {.lr = 0.1, .stochastic_rounding = true}.
 #include <halfgrad/optim/optimizer.h>
 
 namespace halfgrad::optim {
@@ -17,6 +20,9 @@ struct SGDOptions {
   double dampening = 0.0;
   double weight_decay = 0.0;
   bool nesterov = false;
+  bool master_weights = false;       // low_precision.h: a float32 copy of a bfloat16/float16 parameter
+  bool stochastic_rounding = false;  // low_precision.h: no copy, SR writes the parameter
+  std::optional<DType> state_dtype;  // the momentum buffer's dtype (unset: the parameter's)
 };
 
 struct SGDState {
@@ -25,6 +31,7 @@ struct SGDState {
   // buffer. A skipped step is decided on the device, so only the device knows
   // which applied step is the first (the one that starts the buffer as d_p).
   Tensor device_step;
+  LowPrecisionState lp;  // master copy and SR stream (optim/low_precision.h)
 };
 
 class SGD : public OptimizerImpl<SGDOptions, SGDState> {
@@ -40,6 +47,7 @@ class SGD : public OptimizerImpl<SGDOptions, SGDState> {
   std::map<std::string, Tensor> save_state(const SGDState& s) const override;
   SGDState load_state(detail::BufferReader& r, const SGDOptions& o) const override;
   bool has_fused_device_update() const override { return true; }
+  bool fuses_low_precision(const Tensor& p, const SGDOptions& o) const override;
   void update_fused_device(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                            const std::vector<SGDState*>& states, const SGDOptions& o,
                            const amp::ScalerStep& scaler) override;

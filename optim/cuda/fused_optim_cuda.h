@@ -24,6 +24,8 @@
 #include <vector>
 
 #include <halfgrad/core/tensor.h>
+#include <halfgrad/optim/low_precision.h>
+#include <halfgrad/optim/low_precision_math.h>
 #include <halfgrad/optim/update_math.h>
 
 namespace halfgrad::optim::cuda_fused {
@@ -46,5 +48,35 @@ void adam(const std::vector<Tensor>& params, const std::vector<Tensor>& grads, c
           const std::vector<Tensor>& exp_avg_sqs, const std::vector<Tensor>& max_exp_avg_sqs,
           const std::vector<Tensor>& step_counts, const AdamConfig& config, const Tensor& found_inf,
           const Tensor& inv_scale);
+
+// bfloat16/float16 parameters under the low-precision options
+// (optim/low_precision.h; kernels in fused_optim_lp.cu): per parameter its
+// gradient (its dtype), float32 master copy (Rounding::Master) and SR stream
+// (Rounding::Stochastic: seed, index and a float32 applied-step count on the
+// device, advanced by the launch unless found_inf is set). The state
+// buffers are float32 or the parameter's dtype, one dtype per launch group.
+struct LowPrecisionList {
+  math::Rounding rounding = math::Rounding::Nearest;
+  std::vector<Tensor> params, grads, masters, sr_steps;
+  std::vector<uint64_t> seeds;
+  std::vector<uint32_t> indices;
+  void add(const Tensor& p, const Tensor& g, const LowPrecisionState& s) {
+    params.push_back(p);
+    grads.push_back(g);
+    if (rounding == math::Rounding::Master) masters.push_back(s.master_param);
+    if (rounding == math::Rounding::Stochastic) sr_steps.push_back(s.device_sr_step);
+    seeds.push_back(s.sr_seed.value_or(0));
+    indices.push_back(static_cast<uint32_t>(s.param_index));
+  }
+};
+
+// momentum_buffers and step_counts: as for sgd() above.
+void sgd_low_precision(const LowPrecisionList& list, const std::vector<Tensor>& momentum_buffers,
+                       const std::vector<Tensor>& step_counts, const math::SGDHyper& h, const Tensor& found_inf,
+                       const Tensor& inv_scale);
+void adam_low_precision(const LowPrecisionList& list, const std::vector<Tensor>& exp_avgs,
+                        const std::vector<Tensor>& exp_avg_sqs, const std::vector<Tensor>& max_exp_avg_sqs,
+                        const std::vector<Tensor>& step_counts, const AdamConfig& config, const Tensor& found_inf,
+                        const Tensor& inv_scale);
 
 }  // namespace halfgrad::optim::cuda_fused
