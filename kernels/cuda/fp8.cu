@@ -17,7 +17,7 @@ cublasLtHandle_t cublaslt_handle(int device);  // kernels/cuda/gemm.cu: one hand
 
 namespace {
 
-constexpr int kThreads = 256;
+static_assert(kThreads % 32 == 0, "the block reductions below work per warp");
 
 // A float >= 0 (or a positive NaN) as an int keeps its order: atomicMax on
 // the bits is a float max in which NaN (0x7fc00000) beats inf.
