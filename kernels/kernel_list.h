@@ -228,6 +228,28 @@ HG_KERNEL(void, gather, (const Tensor& in, int64_t dim, const Tensor& index, con
 HG_KERNEL(void, scatter, (const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, ScatterMode mode,
                           const char* op),
           (self, dim, index, src, mode, op), self)
+// Fused attention (kernels.h, FusedAttention). Asks the backend, without
+// running anything or syncing, whether it has an engine for this problem's
+// forward (and, with `backward`, its backward too): "" if so, else why not
+// (the CPU: never). The plans are built on the first request for a problem
+// (shapes, strides, alignment, dtype, device, causal) and cached, so asking
+// again costs a lookup. The other two entries run only problems it accepted.
+HG_KERNEL(std::string, fused_attention_unsupported, (const Tensor& q, const Tensor& k, const Tensor& v,
+                                                     const FusedAttention& a, bool backward),
+          (q, k, v, a, backward), q)
+// out [B, H, L, Ev] (contiguous, q's dtype) and stats [B, H, L, 1] (contiguous
+// float32): each query row's log-sum-exp of its scaled, masked scores, which the
+// backward reads instead of the attention weights.
+HG_KERNEL(void, fused_attention_forward, (const Tensor& q, const Tensor& k, const Tensor& v, const FusedAttention& a,
+                                          const Tensor& out, const Tensor& stats),
+          (q, k, v, a, out, stats), q)
+// dq, dk, dv (contiguous, the shapes and dtype of q, k, v; fully overwritten)
+// for the output gradient dout (contiguous, out's shape), from the forward's
+// out and stats.
+HG_KERNEL(void, fused_attention_backward, (const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                           const Tensor& dout, const Tensor& stats, const FusedAttention& a,
+                                           const Tensor& dq, const Tensor& dk, const Tensor& dv),
+          (q, k, v, out, dout, stats, a, dq, dk, dv), q)
 // Random fills of a contiguous `out` from its device's generator (core/random.h).
 HG_KERNEL(void, uniform, (const Tensor& out, double low, double high),
           (out, low, high), out)

@@ -9,6 +9,7 @@
 // allocated; they never allocate outputs themselves (linear_chain's saved state
 // aside), never record autograd history and check nothing: ops/ checks first.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <halfgrad/core/tensor.h>
@@ -129,6 +130,18 @@ struct Pool2dGeometry {
   int64_t kernel[2] = {1, 1}, stride[2] = {1, 1}, padding[2] = {0, 0}, dilation[2] = {1, 1};
   bool count_include_pad = true;  // avg: divide by the window's size inside the padded input
   int64_t divisor_override = 0;   // avg: divide by this instead (0: none)
+};
+
+// Fused scaled-dot-product attention (ops/attention.cpp decides when; CUDA:
+// kernels/cuda/cudnn_sdpa.cpp on cuDNN's graph API; the CPU has none). q
+// [B, H, L, E], k [B, H, S, E], v [B, H, S, Ev] share one dtype (float16 or
+// bfloat16) and have stride 1 in their last dim; the scores are
+// q k^T * scale in float32, `causal` masks position j > i (top-left aligned, as
+// the math path), the softmax is float32 and the weights are rounded once to
+// the dtype before the product with v. No attention mask, no dropout.
+struct FusedAttention {
+  double scale = 1.0;
+  bool causal = false;
 };
 
 // nll_loss_reduced's CUDA path, from the other kernels: it runs on CPU tensors

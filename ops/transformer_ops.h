@@ -5,9 +5,9 @@
 // All three are composites (dispatch::composite): the autocast step sees the
 // op's own name, then the body runs public differentiable ops (mean, var,
 // index_select, where, matmul, softmax, dropout ...), which record their own
-// history. So each is twice differentiable, on the CPU and CUDA alike; a
-// fused CPU kernel and cuDNN's fused attention on CUDA can replace the bodies
-// later without changing what these functions promise.
+// history. So each is twice differentiable, on the CPU and CUDA alike.
+// scaled_dot_product_attention's body may instead run cuDNN's fused attention
+// on CUDA (below: when, and how to ask); it keeps the same promises.
 //
 // Autocast: layer_norm has PyTorch's fp32 row on CUDA (float16/bfloat16 inputs
 // are cast to float32, the output is float32) and no row on the CPU (it runs in
@@ -22,6 +22,7 @@
 //   auto o = hg::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include <halfgrad/core/tensor.h>
 
@@ -61,6 +62,45 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
                                     const Tensor& attn_mask = Tensor(), double dropout_p = 0.0,
                                     bool is_causal = false, std::optional<double> scale = std::nullopt);
 
+// The two paths of scaled_dot_product_attention (as PyTorch's SDPA backends).
+// Math: the composite above, on every device. CudnnFused: on CUDA, one op
+// whose forward and backward are cuDNN's flash-attention graphs (nothing of
+// size [L, S] reaches memory; the backward recomputes the weights from the
+// saved float32 log-sum-exp of each row). The fused path is taken when, after
+// autocast's casts, all of these hold:
+//   - enable_cudnn_sdp(true) (the default);
+//   - no attn_mask (is_causal is fine) and dropout_p == 0: no dropout on the
+//     fused path (cuDNN's Philox stream is not ours), so training with
+//     dropout takes the math path;
+//   - float16 or bfloat16; query, key, value 4-d [B, H, L|S, E|Ev] with equal
+//     B and H (no broadcasting), E and Ev multiples of 8 up to 256, stride 1
+//     in the last dim (any other strides: MultiheadAttention's views qualify);
+//   - on a CUDA device, and cuDNN, asked at run time, has an engine for the
+//     forward and, when a backward may run (grad mode on and an input
+//     requires grad), for the backward too. Its plans are built once per
+//     (shapes, strides, alignment, dtype, device, causal) and cached.
+// Anything else takes the math path, with the same results up to rounding.
+// A double backward (autograd::grad with create_graph) through a fused call
+// works: under create_graph its backward is written in differentiable ops.
+enum class AttentionPath : uint8_t { Math, CudnnFused };
+struct AttentionPathInfo {
+  AttentionPath path = AttentionPath::Math;
+  std::string why;  // Math: why not fused ("" for CudnnFused)
+};
+// torch.backends.cuda.enable_cudnn_sdp / cudnn_sdp_enabled: turn the fused path
+// off (process-wide) to get the math path everywhere, e.g. to compare them.
+void enable_cudnn_sdp(bool enabled);
+bool cudnn_sdp_enabled();
+// Which path scaled_dot_product_attention would take for these arguments, as
+// given (no autocast is applied: pass the dtypes autocast would make), and
+// why not fused; asking builds and caches cuDNN's plans. The current grad mode
+// and requires_grad decide whether the backward must be supported too.
+AttentionPathInfo sdpa_path(const Tensor& query, const Tensor& key, const Tensor& value,
+                            const Tensor& attn_mask = Tensor(), double dropout_p = 0.0, bool is_causal = false,
+                            std::optional<double> scale = std::nullopt);
+// The path the last scaled_dot_product_attention call on this thread took.
+AttentionPathInfo sdpa_last_path();
+
 namespace detail {
 // What scaled_dot_product_attention computes, with the attention weights
 // (after dropout) returned too: nn::MultiheadAttention's need_weights path.
@@ -72,6 +112,10 @@ struct AttentionResult {
 AttentionResult attention_math(const Tensor& query, const Tensor& key, const Tensor& value,
                                const Tensor& attn_mask, double dropout_p, bool is_causal,
                                std::optional<double> scale, const char* op);
+// The fused path's rules that need no backend (above), on tensors after
+// autocast: "" when they hold (cuDNN is asked next), else the first that fails.
+std::string sdpa_fused_rules(const Tensor& query, const Tensor& key, const Tensor& value, const Tensor& attn_mask,
+                             double dropout_p);
 }  // namespace detail
 
 }  // namespace halfgrad

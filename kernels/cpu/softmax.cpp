@@ -2,9 +2,12 @@
 // cross_entropy builds on. Rows are independent (blocks of rows in parallel),
 // computed in float (double for float64) with the max subtracted first; the
 // exps of a block of rows run as one vectorised loop (kernels/cpu/vec_math.h).
+// Also the CPU's answer to the fused-attention entries: it has none.
 #include <algorithm>
 #include <cmath>
+#include <string>
 
+#include <halfgrad/core/error.h>
 #include <halfgrad/kernels/cpu/cpu_kernels.h>
 #include <halfgrad/kernels/cpu/parallel.h>
 #include <halfgrad/kernels/cpu/scratch.h>
@@ -286,6 +289,27 @@ void cross_entropy_backward(const Tensor& grad, const Tensor& logp, const Tensor
       ce_rows(e, dot, t, nr, c, o + r0 * c);
     });
   });
+}
+
+// Fused attention: none on the CPU (ops/attention.cpp takes the math path
+// there). The run entries are never reached through the op; a direct call is
+// an Error.
+std::string fused_attention_unsupported(const Tensor&, const Tensor&, const Tensor&, const FusedAttention&, bool) {
+  return "the CPU has no fused attention kernel";
+}
+
+void fused_attention_forward(const Tensor& q, const Tensor&, const Tensor&, const FusedAttention&, const Tensor&,
+                             const Tensor&) {
+  fail("fused_attention_forward: no fused attention on the CPU (query {}); call scaled_dot_product_attention, which "
+       "takes the math path here",
+       q.describe());
+}
+
+void fused_attention_backward(const Tensor& q, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                              const Tensor&, const FusedAttention&, const Tensor&, const Tensor&, const Tensor&) {
+  fail("fused_attention_backward: no fused attention on the CPU (query {}); call scaled_dot_product_attention, which "
+       "takes the math path here",
+       q.describe());
 }
 
 }  // namespace halfgrad::kernels::cpu
