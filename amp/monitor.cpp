@@ -42,8 +42,24 @@ double dtype_max(DType dtype) {
 }
 
 Monitor::Monitor(std::vector<std::pair<std::string, Tensor>> named_parameters, std::vector<MonitorHookTarget> modules,
-                 GradScaler& scaler, MonitorOptions options)
+                 GradScaler& scaler, MonitorOptions options,
+                 const std::vector<std::pair<std::string, Tensor>>& named_buffers)
     : params_(std::move(named_parameters)), modules_(std::move(modules)), scaler_(scaler), options_(std::move(options)) {
+  // fp8 layers: the three buffers nn::Linear::enable_fp8 registers, found by name.
+  auto find = [&](const std::string& key) -> const Tensor* {
+    for (const auto& [k, t] : named_buffers)
+      if (k == key) return &t;
+    return nullptr;
+  };
+  const std::string suffix = "fp8_scale";
+  for (const auto& [key, t] : named_buffers) {
+    if (key.size() < suffix.size() || key.compare(key.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+    const std::string prefix = key.substr(0, key.size() - suffix.size());  // "fc1." or ""
+    const Tensor* h = find(prefix + "fp8_amax_history");
+    const Tensor* s = find(prefix + "fp8_saturated");
+    if (!h || !s || !t.defined()) continue;
+    fp8_layers_.push_back({prefix.empty() ? "(model)" : prefix.substr(0, prefix.size() - 1), t, *h, *s, {}});
+  }
   HG_CHECK(options_.every >= 0, "amp::Monitor: every = {} must be >= 0 (0: record only after record_next())",
            options_.every);
   grad_hook_ids_.assign(params_.size(), -1);
@@ -178,7 +194,26 @@ void Monitor::record(const ScalerStep& handshake, std::optional<bool> skipped) {
       rec.activations.push_back(std::move(s));
     }
   }
+  record_fp8(rec);
   records_.push_back(std::move(rec));
+}
+
+// One small read per fp8 layer, only on a recorded step (a sync on CUDA, as the other reads).
+void Monitor::record_fp8(MonitorRecord& rec) {
+  for (Fp8Layer& l : fp8_layers_) {
+    if (!l.scale.defined() || l.scale.numel() != 3) continue;
+    const Tensor host_scale = l.scale.to(Device::cpu()), host_amax = l.amax_history.select(0, 0).to(Device::cpu());
+    const Tensor host_sat = l.saturated.to(Device::cpu());
+    Fp8LayerStats s;
+    s.name = l.name;
+    for (int c = 0; c < 3; ++c) {
+      s.scale[c] = host_scale.data<float>()[c];
+      s.amax[c] = host_amax.data<float>()[c];
+      s.saturated[c] = host_sat.data<int64_t>()[c] - l.seen[c];
+      l.seen[c] = host_sat.data<int64_t>()[c];
+    }
+    rec.fp8.push_back(std::move(s));
+  }
 }
 
 void Monitor::explain_skip(double scale) {
@@ -252,6 +287,11 @@ std::string Monitor::json() const {
     for (const TensorStats& s : r.grads) jr["grads"].push_back(stats_json(s, true));
     jr["activations"] = nlohmann::json::array();
     for (const TensorStats& s : r.activations) jr["activations"].push_back(stats_json(s, false));
+    if (!r.fp8.empty()) {
+      jr["fp8"] = nlohmann::json::array();
+      for (const Fp8LayerStats& s : r.fp8)
+        jr["fp8"].push_back({{"name", s.name}, {"scale", s.scale}, {"amax", s.amax}, {"saturated", s.saturated}});
+    }
     records.push_back(std::move(jr));
   }
   root["records"] = std::move(records);

@@ -9,7 +9,10 @@
 //   activations (each module's forward output, in its autocast dtype): max |x|
 //     against the dtype's largest value, the share that overflowed to inf;
 //   a log2 histogram of each (amp/numerics.h), the figure of Micikevicius et
-//     al. (2018) made from the model being trained.
+//     al. (2018) made from the model being trained;
+//   fp8 layers (nn::enable_fp8): each one's scales, the amaxes its step
+//     recorded and the values it saturated since the last record, for the
+//     input, the weight and the output gradient.
 // And when a step is skipped, one line saying why:
 //   step 1200 skipped (scale 65536): grad of features.3.conv.weight is inf (first of 14 non-finite
 //   gradients in backward); first non-finite value: backward of exp -> ...
@@ -30,6 +33,7 @@
 // The model only needs named_parameters() and named_modules() whose modules
 // have register_forward_hook (nn::Module's), so amp/ does not depend on nn/.
 // The monitor must not outlive the model or the scaler (declare it after them).
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -70,12 +74,22 @@ struct TensorStats {
   int64_t calls = 0;     // outputs seen (a module called twice in a forward adds both), or 1 for a gradient
 };
 
+// One fp8 layer's delayed-scaling state in a record (amp/fp8.h), per column:
+// 0 the input, 1 the weight, 2 the output gradient.
+struct Fp8LayerStats {
+  std::string name;              // the module ("fc1")
+  std::array<float, 3> scale{};  // the scales this step quantised with
+  std::array<float, 3> amax{};   // max |x| this step recorded (the history's newest row)
+  std::array<int64_t, 3> saturated{};  // values clipped to the format's largest since the previous record
+};
+
 struct MonitorRecord {
   int64_t step = 0;      // 0-based count of scaler.step() calls before this one
   double scale = 1.0;    // the loss scale the backward ran with
   std::optional<bool> skipped;  // known when explain_skips
   std::vector<TensorStats> grads;        // registration order; parameters without a gradient left out
   std::vector<TensorStats> activations;  // modules in named_modules() order; those not called left out
+  std::vector<Fp8LayerStats> fp8;        // layers with fp8 state, named_modules() order
 };
 
 struct SkippedStep {
@@ -101,11 +115,14 @@ class Monitor {
     requires requires(Model& m) {
       m.named_parameters();
       m.named_modules();
+      m.named_buffers();
     }
   Monitor(Model& model, GradScaler& scaler, MonitorOptions options = {})
-      : Monitor(model.named_parameters(), hook_targets(model), scaler, std::move(options)) {}
+      : Monitor(model.named_parameters(), hook_targets(model), scaler, std::move(options), model.named_buffers()) {}
+  // named_buffers: where the fp8 layers' state is found (buffers named
+  // "<layer>.fp8_scale", ".fp8_amax_history", ".fp8_saturated").
   Monitor(std::vector<std::pair<std::string, Tensor>> named_parameters, std::vector<MonitorHookTarget> modules,
-          GradScaler& scaler, MonitorOptions options);
+          GradScaler& scaler, MonitorOptions options, const std::vector<std::pair<std::string, Tensor>>& named_buffers = {});
   ~Monitor();
   Monitor(const Monitor&) = delete;
   Monitor& operator=(const Monitor&) = delete;
@@ -145,7 +162,15 @@ class Monitor {
   void record(const ScalerStep& handshake, std::optional<bool> skipped);
   void explain_skip(double scale);
 
+  struct Fp8Layer {
+    std::string name;
+    Tensor scale, amax_history, saturated;
+    std::array<int64_t, 3> seen{};  // saturated at the previous record
+  };
+  void record_fp8(MonitorRecord& rec);
+
   std::vector<std::pair<std::string, Tensor>> params_;
+  std::vector<Fp8Layer> fp8_layers_;
   std::vector<MonitorHookTarget> modules_;
   GradScaler& scaler_;
   MonitorOptions options_;

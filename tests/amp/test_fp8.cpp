@@ -251,3 +251,42 @@ TEST_CASE("fp8 Linear on CUDA matches the CPU emulation [cuda]", "[fp8][cuda]") 
     CHECK(hg::equal(gpu.fp8.amax_history.cpu(), cpu.fp8.amax_history));
   }
 }
+
+TEST_CASE("fp8 layers in the numerics monitor: scales, amaxes and saturations per layer", "[fp8][monitor]") {
+  hg::manual_seed(2);
+  hg::nn::Sequential model(hg::nn::Linear(8, 16), hg::nn::ReLU(), hg::nn::Linear(16, 4));
+  const hg::amp::Fp8Recipe recipe{.amax_history_len = 8};
+  hg::nn::enable_fp8(model, recipe);
+  hg::amp::GradScaler scaler({.init_scale = 1.0});
+  hg::optim::SGD opt(model.parameters(), {.lr = 0.01});
+  hg::amp::Monitor monitor(model, scaler, {.every = 1});
+  std::vector<Tensor> inputs;
+  for (int step = 0; step < 3; ++step) {
+    inputs.push_back(hgtest::uniform({5, 8}, hg::kFloat, -500, 500));
+    if (step == 0) inputs.back()[0][0].fill_(600.0);  // the largest of all: step 0 saturates (scale 1), no later one
+    Tensor y;
+    {
+      hg::amp::fp8_autocast region(recipe);
+      y = model.forward(inputs.back());
+    }
+    opt.zero_grad();
+    scaler.scale(y.sum()).backward();
+    scaler.step(opt);
+    scaler.update();
+  }
+  REQUIRE(monitor.records().size() == 3);
+  for (size_t r = 0; r < 3; ++r) {
+    const auto& rec = monitor.records()[r];
+    REQUIRE(rec.fp8.size() == 2);
+    CHECK(rec.fp8[0].name == "0");
+    CHECK(rec.fp8[1].name == "2");
+    CHECK(rec.fp8[0].amax[0] == amax_of(inputs[r]));  // the input's amax of that step
+  }
+  const auto& first = monitor.records()[0].fp8[0];
+  CHECK(first.scale[0] == 1.0f);  // nothing in the history yet
+  CHECK(first.saturated[0] > 0);
+  const auto& second = monitor.records()[1].fp8[0];
+  CHECK(second.scale[0] == 448.0f / amax_of(inputs[0]));  // delayed: from step 0's amax
+  CHECK(second.saturated[0] == 0);                        // counted per record, and none once scaled
+  CHECK(monitor.json().find("\"fp8\"") != std::string::npos);
+}
