@@ -170,7 +170,12 @@ int main(int argc, char** argv) {
     if (!v.error.empty()) fmt::print("  {}: error: {}\n", v.name, v.error);
   }
   if (!error.empty()) fmt::print("error: {}\n", error);
-  if (saturated >= 0) fmt::print("fp8: {} values saturated (clipped to the format's largest) in all\n", saturated);
+  if (saturated >= 0) {
+    // Each fp8 step quantises, per layer, its input, its weight and its output's gradient.
+    const double quantised = double(warmup + vs[2].ms.size()) * layers * (2.0 * batch * width + double(width) * width);
+    fmt::print("fp8: {} of {:.3g} quantised values saturated (clipped to the format's largest, delayed scaling)\n",
+               saturated, quantised);
+  }
   const double fp32 = med["fp32"], bf16 = med["bf16-amp"], fp8 = med["fp8 (+ bf16 autocast)"];
   auto speedup = [](double slow, double fast) { return slow > 0 && fast > 0 ? slow / fast : 0.0; };
   fmt::print("speed-ups (time over time, > 1: faster): fp8 over bf16 AMP {}, fp8 over fp32 {}, bf16 AMP over fp32 {}\n",
