@@ -187,9 +187,9 @@ int main(int argc, char** argv) {
 
   const bool finite = finite_loss(vs[2]);
   const std::string ours = !vs[2].error.empty() || !error.empty() ? "error" : !finite ? "NaN loss" : num(fp8, 3);
-  summary(fmt::format("MLP {} fp8 step", shape), "our fp8 ms, our bf16 AMP ms: speed-up", ours, num(bf16, 3),
+  summary(fmt::format("MLP {} fp8 step", shape), "fp8 ms, bf16 AMP ms: speed-up", ours, num(bf16, 3),
           speedup(bf16, fp8), "> 1.0x", finite && speedup(bf16, fp8) > 1.0, cuda, "n/a: CPU emulation");
-  summary(fmt::format("MLP {} fp8 vs fp32", shape), "our fp8 ms, our fp32 ms: speed-up", ours, num(fp32, 3),
+  summary(fmt::format("MLP {} fp8 vs fp32", shape), "fp8 ms, fp32 ms: speed-up", ours, num(fp32, 3),
           speedup(fp32, fp8), "> 1.0x", finite && speedup(fp32, fp8) > 1.0, cuda, "n/a: CPU emulation");
   bool failed = !error.empty();
   for (const Variant& v : vs) failed |= !v.error.empty();
