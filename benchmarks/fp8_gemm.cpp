@@ -27,7 +27,7 @@
 // same (dequantised) operands.
 //
 //   build/benchmarks/fp8_gemm [--device cuda|cpu] [--n 8192 (cuda) | 1024 (cpu)]
-//                             [--iters 20 | 10] [--warmup 5 | 2] [--threads N] [--no-pytorch]
+//                             [--iters 20] [--warmup 5 | 2] [--threads N] [--no-pytorch]
 #include "fp8_bench.h"
 
 #include <CLI/CLI.hpp>
@@ -51,11 +51,11 @@ struct Row {
 int main(int argc, char** argv) {
   CLI::App app{"fp8 GEMM (hg::scaled_mm) against our bf16 GEMM and torch._scaled_mm"};
   std::string device = default_device();
-  int n = 0, iters = 0, warmup = -1, threads = 0;
+  int n = 0, iters = 20, warmup = -1, threads = 0;
   bool no_pytorch = false;
   app.add_option("--device", device, "cuda or cpu (default: cuda when usable)")->check(CLI::IsMember({"cuda", "cpu"}));
   app.add_option("--n", n, "m = k = n (default 8192 on cuda, 1024 on cpu)");
-  app.add_option("--iters", iters, "timed products per variant (default 20 on cuda, 10 on cpu)");
+  app.add_option("--iters", iters, "timed products per variant")->capture_default_str();
   app.add_option("--warmup", warmup, "untimed products first (default 5 on cuda, 2 on cpu)");
   app.add_option("--threads", threads, "CPU threads (default: OpenMP's)");
   app.add_flag("--no-pytorch", no_pytorch, "do not run benchmarks/pytorch_fp8_gemm.py");
@@ -63,7 +63,6 @@ int main(int argc, char** argv) {
   if (!usable(device, "fp8_gemm")) return 77;
   const bool cuda = device == "cuda";
   if (n <= 0) n = cuda ? 8192 : 1024;
-  if (iters <= 0) iters = cuda ? 20 : 10;
   if (warmup < 0) warmup = cuda ? 5 : 2;
   if (threads > 0) hg::set_num_threads(threads);
   print_device(cuda);
