@@ -61,7 +61,13 @@ const Fp8Recipe& fp8_recipe();  // the innermost open region's
 // One layer's fp8 state, three columns: 0 the input, 1 the weight, 2 the
 // gradient of the output. All on the layer's device, all float32 but
 // `saturated` (int64): scale, scale_inv [3]; amax_history [L, 3], row 0 the
-// newest; saturated [3], the count of values clipped to the format's largest.
+// newest; saturated [3], the count of values clipped to the format's largest
+// (delayed scaling clips a little whenever a tensor outgrows its history:
+// a count is information, not an alarm).
+// When rows move: a forward's scale update moves the input and weight
+// columns down one (row 0 then collects this forward's amaxes), a backward's
+// moves the gradient column. After a full step row 0 holds that step's three
+// amaxes; a forward without backward (evaluation) moves only the first two.
 struct Fp8State {
   Tensor scale, scale_inv, amax_history, saturated;
   bool defined() const { return scale.defined(); }

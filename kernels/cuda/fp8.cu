@@ -5,10 +5,13 @@
 #include <cublasLt.h>
 
 #include <algorithm>
+#include <memory>
 #include <string>
 
 #include <halfgrad/kernels/cuda/cublas_check.h>
 #include <halfgrad/kernels/cuda/cuda_kernels.h>
+#include <halfgrad/kernels/cuda/gemm_passes.h>
+#include <halfgrad/kernels/plan_cache.h>
 #include <halfgrad/kernels/cuda/loops.cuh>
 
 namespace halfgrad::kernels::cuda {
@@ -120,8 +123,87 @@ Tensor column_major(const Tensor& t) {
 }
 
 template <typename V>
-void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const V& v) {
+void set_attr(cublasLtMatmulDescOpaque_t* d, cublasLtMatmulDescAttributes_t attr, const V& v) {
   HG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, attr, &v, sizeof(v)));
+}
+
+uint32_t alignment_of(const void* p) {
+  const auto bits = reinterpret_cast<uintptr_t>(p);
+  uint32_t a = 256;
+  while (a > 1 && bits % a != 0) a /= 2;
+  return a;
+}
+
+// One fp8 problem as cuBLASLt sees it, and what its heuristic answered.
+struct Fp8PlanKey {
+  int device;
+  int64_t m, n, k, ld_b, ld_a;
+  int a_dtype, b_dtype, out_dtype;
+  bool bias;
+  uint32_t align_a, align_b, align_out, align_bias;
+  auto operator<=>(const Fp8PlanKey&) const = default;
+};
+
+struct Fp8Plan {
+  cublasLtMatrixLayoutOpaque_t a, b, d;
+  cublasLtMatmulDescOpaque_t desc;
+  cublasLtMatmulAlgo_t algo{};
+  size_t workspace_bytes = 0;
+  bool supported = false;
+  std::string why;  // when not: the heuristic's status
+};
+
+void init_layout(cublasLtMatrixLayoutOpaque_t* l, cudaDataType type, int64_t rows, int64_t cols, int64_t ld) {
+  HG_CUBLAS_CHECK(cublasLtMatrixLayoutInit(l, type, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld));
+}
+
+std::shared_ptr<const Fp8Plan> create_fp8_plan(const Fp8PlanKey& key) {
+  halfgrad::cuda::RelaxedCaptureMode relaxed;  // host work only, also inside a graph capture
+  auto plan = std::make_shared<Fp8Plan>();
+  const auto out_dtype = static_cast<DType>(key.out_dtype);
+  const cudaDataType td = out_type(out_dtype);
+  // cuBLAS's A is our b (stored k x n, used transposed), its B our a (stored k x m), D is out (n x m).
+  init_layout(&plan->a, fp8_type(static_cast<DType>(key.b_dtype)), key.k, key.n, key.ld_b);
+  init_layout(&plan->b, fp8_type(static_cast<DType>(key.a_dtype)), key.k, key.m, key.ld_a);
+  init_layout(&plan->d, td, key.n, key.m, key.n);
+  HG_CUBLAS_CHECK(cublasLtMatmulDescInit(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  set_attr(&plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, int32_t{CUBLAS_OP_T});
+  set_attr(&plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, int32_t{CUBLAS_OP_N});
+  set_attr(&plan->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, int8_t{0});  // Hopper's exact fp32 accumulation
+  if (key.bias) {
+    set_attr(&plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t{CUBLASLT_EPILOGUE_BIAS});
+    set_attr(&plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(td));
+  }
+  cublasLtMatmulPreferenceOpaque_t pref;
+  HG_CUBLAS_CHECK(cublasLtMatmulPreferenceInit(&pref));
+  const uint64_t workspace_cap = uint64_t{32} << 20;
+  HG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(&pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                       &workspace_cap, sizeof(workspace_cap)));
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_b},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_a},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_out},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_out}};
+  for (const auto& [attr, value] : aligns)
+    HG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(&pref, attr, &value, sizeof(value)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(key.device), &plan->desc, &plan->a,
+                                                           &plan->b, &plan->d, &plan->d, &pref, 1, &result, &found);
+  if (st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
+    plan->algo = result.algo;
+    plan->workspace_bytes = std::min<size_t>(result.workspaceSize, workspace_cap);
+    plan->supported = true;
+  } else {
+    plan->why = fmt::format("heuristic status {}, {} algorithms{}", cublasLtGetStatusName(st), found,
+                            key.bias ? ", with the bias epilogue" : "");
+  }
+  return plan;
+}
+
+std::shared_ptr<const Fp8Plan> fp8_plan(const Fp8PlanKey& key) {
+  static PlanCache<Fp8PlanKey, Fp8Plan> plans(1024);
+  return plans.get(key, [](const Fp8PlanKey& k) { return create_fp8_plan(k); });
 }
 
 }  // namespace
@@ -174,69 +256,55 @@ void fp8_update_scales(const Tensor& history, const Tensor& scale, const Tensor&
 // transposed and B not, which for row-major tensors (C^T = B^T A^T, gemm.h)
 // means `a` with unit column stride and `b` with unit row stride -- the layout
 // of x @ w.t() for a row-major weight, so a Linear's forward copies nothing.
-// Other layouts are copied once. Which combinations of types, sizes and
-// alignments have a kernel is asked of cuBLASLt (its heuristic), never assumed.
+// Other layouts are copied once. Which combinations of types, sizes, bias and
+// alignment have a kernel is asked of cuBLASLt's heuristic, never assumed, and
+// the answer is cached per problem (as gemm.cu's plans).
 void scaled_mm(const Tensor& a_in, const Tensor& b_in, const Tensor& scale_a, const Tensor& scale_b,
-               const Tensor& bias_in, const Tensor& out) {
+               const Tensor& bias, const Tensor& out) {
   const int device = common_device("scaled_mm", {&a_in, &b_in, &scale_a, &scale_b, &out});
   const int64_t m = a_in.size(0), k = a_in.size(1), n = b_in.size(1);
   if (m == 0 || n == 0) return;
   const Tensor a = row_major(a_in), b = column_major(b_in);
-  const cudaDataType ta = fp8_type(a.dtype()), tb = fp8_type(b.dtype()), td = out_type(out.dtype());
   auto describe = [&] {
     return fmt::format("scaled_mm({} @ {} -> {})", a_in.describe(), b_in.describe(), out.describe());
   };
-  // cuBLAS's A is our b (n x k, used transposed: stored k x n, ld = b's column stride),
-  // its B is our a (stored k x m, ld = a's row stride), D is out (n x m, ld = n).
-  cublasLtMatrixLayout_t la, lb, ld;
-  HG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, tb, k, n, b.stride(1)));
-  HG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, ta, k, m, a.stride(0)));
-  HG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, td, n, m, n));
-  cublasLtMatmulDesc_t desc;
-  HG_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  set_attr(desc, CUBLASLT_MATMUL_DESC_TRANSA, int32_t{CUBLAS_OP_T});
-  set_attr(desc, CUBLASLT_MATMUL_DESC_TRANSB, int32_t{CUBLAS_OP_N});
-  // cuBLAS's A is our b, so our scale_b is its A scale.
-  set_attr(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, scale_b.data_ptr());
-  set_attr(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, scale_a.data_ptr());
-  set_attr(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, int8_t{0});  // Hopper's exact fp32 accumulation
-  Tensor bias = bias_in;
-  if (bias.defined()) {
-    set_attr(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t{CUBLASLT_EPILOGUE_BIAS});
-    set_attr(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias.data_ptr());
-    set_attr(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(td));
+  Fp8PlanKey key{device, m, n, k, b.stride(1), a.stride(0), static_cast<int>(a.dtype()), static_cast<int>(b.dtype()),
+                 static_cast<int>(out.dtype()), bias.defined(),
+                 alignment_of(a.data_ptr()), alignment_of(b.data_ptr()), alignment_of(out.data_ptr()),
+                 bias.defined() ? alignment_of(bias.data_ptr()) : 0u};
+  std::shared_ptr<const Fp8Plan> plan = fp8_plan(key);
+  // cuBLASLt's bias epilogue with an fp8 GEMM takes only some bias types (a
+  // float32 output may want a bfloat16 bias): without one, a float32 output
+  // gets the bias in a separate pass (one rounding, as the CPU's); a half
+  // output would round twice, so that is an Error instead.
+  const bool bias_pass = bias.defined() && !plan->supported && out.dtype() == DType::Float32;
+  if (bias_pass) {
+    key.bias = false;
+    key.align_bias = 0;
+    plan = fp8_plan(key);
   }
-  cublasLtMatmulPreference_t pref;
-  HG_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  const uint64_t workspace_cap = uint64_t{32} << 20;
-  HG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_cap,
-                                                       sizeof(workspace_cap)));
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(device), desc, la, lb, ld, ld, pref, 1, &result, &found);
-  auto cleanup = [&] {
-    cublasLtMatmulPreferenceDestroy(pref);
-    cublasLtMatmulDescDestroy(desc);
-    cublasLtMatrixLayoutDestroy(la);
-    cublasLtMatrixLayoutDestroy(lb);
-    cublasLtMatrixLayoutDestroy(ld);
-  };
-  if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
-    cleanup();
-    fail("{}: cuBLASLt has no fp8 kernel for this problem on this GPU (status {}). fp8 GEMMs need compute "
-         "capability 8.9 or newer, not both operands float8_e5m2, and sizes whose rows are multiples of 16 bytes: "
-         "pad k and n to multiples of 16, or run this layer in bfloat16",
-         describe(), cublasLtGetStatusName(st));
-  }
+  HG_CHECK(plan->supported,
+           "{}: cuBLASLt has no fp8 kernel for this problem on this GPU ({}). fp8 GEMMs need compute capability "
+           "8.9 or newer, not both operands float8_e5m2, and rows that are multiples of 16 bytes: pad k and n to "
+           "multiples of 16, or run this layer in bfloat16",
+           describe(), plan->why);
   const float alpha = 1.f, beta = 0.f;
-  void* workspace = result.workspaceSize ? halfgrad::cuda::allocate(result.workspaceSize, device) : nullptr;
-  const cublasStatus_t run = cublasLtMatmul(cublaslt_handle(device), desc, &alpha, b.data_ptr(), la, a.data_ptr(), lb,
-                                            &beta, out.data_ptr(), ld, out.data_ptr(), ld, &result.algo, workspace,
-                                            result.workspaceSize, stream());
+  cublasLtMatmulDescOpaque_t desc = plan->desc;  // a copy: the per-call pointers go into it
+  auto set = [&](cublasLtMatmulDescAttributes_t attr, const void* v) {
+    HG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(&desc, attr, &v, sizeof(v)));
+  };
+  // cuBLAS's A is our b, so our scale_b is its A scale.
+  set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, scale_b.data_ptr());
+  set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, scale_a.data_ptr());
+  if (key.bias) set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias.data_ptr());
+  void* workspace = plan->workspace_bytes ? halfgrad::cuda::allocate(plan->workspace_bytes, device) : nullptr;
+  const cublasStatus_t run =
+      cublasLtMatmul(cublaslt_handle(device), &desc, &alpha, b.data_ptr(), &plan->a, a.data_ptr(), &plan->b, &beta,
+                     out.data_ptr(), &plan->d, out.data_ptr(), &plan->d, &plan->algo, workspace,
+                     plan->workspace_bytes, stream());
   if (workspace) halfgrad::cuda::release(workspace, device);  // stream-ordered: safe once queued (gemm.cu)
-  cleanup();
   HG_CUBLAS_CHECK_CTX(run, describe());
+  if (bias_pass) gemm_passes::epilogue_pass(gemm_passes::Act::Identity, out, 1.0, bias, Tensor(), out);
 }
 
 }  // namespace halfgrad::kernels::cuda
