@@ -166,15 +166,19 @@ HG_INLINE int64_t saturate_to_int64(double x) {
     }                                                                                            \
   }()
 
+// The six dtypes arithmetic runs in, as switch cases (HG_DISPATCH_ALL, HG_DISPATCH_STORAGE).
+#define HG_DTYPE_CASES_ALL(...)                                                                   \
+  HG_DTYPE_CASE(::halfgrad::DType::Float32, float, __VA_ARGS__)                                  \
+  HG_DTYPE_CASE(::halfgrad::DType::Float64, double, __VA_ARGS__)                                 \
+  HG_DTYPE_CASE(::halfgrad::DType::Float16, ::halfgrad::Half, __VA_ARGS__)                       \
+  HG_DTYPE_CASE(::halfgrad::DType::BFloat16, ::halfgrad::BFloat16, __VA_ARGS__)                  \
+  HG_DTYPE_CASE(::halfgrad::DType::Int64, int64_t, __VA_ARGS__)                                  \
+  HG_DTYPE_CASE(::halfgrad::DType::Bool, bool, __VA_ARGS__)
+
 #define HG_DISPATCH_ALL(dtype, op, ...)                                                           \
   [&] {                                                                                          \
     switch (dtype) {                                                                             \
-      HG_DTYPE_CASE(::halfgrad::DType::Float32, float, __VA_ARGS__)                              \
-      HG_DTYPE_CASE(::halfgrad::DType::Float64, double, __VA_ARGS__)                             \
-      HG_DTYPE_CASE(::halfgrad::DType::Float16, ::halfgrad::Half, __VA_ARGS__)                   \
-      HG_DTYPE_CASE(::halfgrad::DType::BFloat16, ::halfgrad::BFloat16, __VA_ARGS__)              \
-      HG_DTYPE_CASE(::halfgrad::DType::Int64, int64_t, __VA_ARGS__)                              \
-      HG_DTYPE_CASE(::halfgrad::DType::Bool, bool, __VA_ARGS__)                                  \
+      HG_DTYPE_CASES_ALL(__VA_ARGS__)                                                            \
       default: break;                                                                            \
     }                                                                                            \
     ::halfgrad::fail("{}: dtype {} is not supported (fp8 tensors support casts, copies, views "   \
@@ -185,12 +189,7 @@ HG_INLINE int64_t saturate_to_int64(double x) {
 #define HG_DISPATCH_STORAGE(dtype, op, ...)                                                       \
   [&] {                                                                                          \
     switch (dtype) {                                                                             \
-      HG_DTYPE_CASE(::halfgrad::DType::Float32, float, __VA_ARGS__)                              \
-      HG_DTYPE_CASE(::halfgrad::DType::Float64, double, __VA_ARGS__)                             \
-      HG_DTYPE_CASE(::halfgrad::DType::Float16, ::halfgrad::Half, __VA_ARGS__)                   \
-      HG_DTYPE_CASE(::halfgrad::DType::BFloat16, ::halfgrad::BFloat16, __VA_ARGS__)              \
-      HG_DTYPE_CASE(::halfgrad::DType::Int64, int64_t, __VA_ARGS__)                              \
-      HG_DTYPE_CASE(::halfgrad::DType::Bool, bool, __VA_ARGS__)                                  \
+      HG_DTYPE_CASES_ALL(__VA_ARGS__)                                                            \
       HG_DTYPE_CASE(::halfgrad::DType::Float8_e4m3fn, ::halfgrad::Float8_e4m3fn, __VA_ARGS__)    \
       HG_DTYPE_CASE(::halfgrad::DType::Float8_e5m2, ::halfgrad::Float8_e5m2, __VA_ARGS__)        \
     }                                                                                            \

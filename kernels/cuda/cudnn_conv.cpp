@@ -45,6 +45,7 @@
 #include <halfgrad/core/error.h>
 #include <halfgrad/kernels/cuda/cudnn_conv.h>
 #include <halfgrad/kernels/cuda/cuda_kernels.h>
+#include <halfgrad/kernels/cuda/cudnn_backend.h>
 #include <halfgrad/kernels/cuda/cudnn_check.h>
 #include <halfgrad/kernels/cuda/per_device.h>
 #include <halfgrad/kernels/kernels.h>
@@ -72,48 +73,11 @@ const char* kind_name(Kind k) {
 }
 
 // ============================================================================================
-// Handles
+// The shared cuDNN handle and descriptor (kernels/cuda/cudnn_backend.h), by their local names.
 
-// One cuDNN handle per device, created on first use (PerDevice: never
-// destroyed), and a mutex that makes cudnnSetStream + cudnnBackendExecute one
-// step (a handle holds one stream).
-struct DeviceState {
-  cudnnHandle_t handle = nullptr;
-  std::mutex run;
-};
-
-DeviceState& device_state(int device) {
-  static PerDevice<DeviceState> states;
-  return states.get(device, "conv", [](DeviceState& s) {
-    HG_CUDNN_CHECK_CTX(cudnnCreate(&s.handle),
-                       std::string("creating the cuDNN handle (is cuDNN 9 with all its sub-libraries, "
-                                   "libcudnn_graph/_engines_*/_cnn, installed beside libcudnn.so?)"));
-  });
-}
-
-// ============================================================================================
-// Descriptors
-
-// An owned backend descriptor.
-class Desc {
- public:
-  Desc(cudnnBackendDescriptorType_t type, const std::string& context) {
-    HG_CUDNN_CHECK_CTX(cudnnBackendCreateDescriptor(type, &d_), context);
-  }
-  ~Desc() {
-    if (d_) cudnnBackendDestroyDescriptor(d_);
-  }
-  Desc(Desc&& o) noexcept : d_(std::exchange(o.d_, nullptr)) {}
-  Desc& operator=(Desc&&) = delete;
-  Desc(const Desc&) = delete;
-  Desc& operator=(const Desc&) = delete;
-  cudnnBackendDescriptor_t get() const { return d_; }
-  // The address cudnnBackendSetAttribute(..., CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, ...) reads.
-  cudnnBackendDescriptor_t* ptr() { return &d_; }
-
- private:
-  cudnnBackendDescriptor_t d_ = nullptr;
-};
+using Desc = CudnnDesc;
+using DeviceState = CudnnDevice;
+DeviceState& device_state(int device) { return cudnn_device(device); }
 
 void set_attr(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name, const char* attr,
               cudnnBackendAttributeType_t type, int64_t count, const void* value, const std::string& context) {

@@ -46,6 +46,7 @@
 #include <halfgrad/core/cuda/check.h>
 #include <halfgrad/core/error.h>
 #include <halfgrad/kernels/cuda/cuda_kernels.h>
+#include <halfgrad/kernels/cuda/cudnn_backend.h>
 #include <halfgrad/kernels/cuda/cudnn_check.h>
 #include <halfgrad/kernels/cuda/cudnn_sdpa.h>
 #include <halfgrad/kernels/cuda/per_device.h>
@@ -63,44 +64,11 @@ using Dims = std::array<int64_t, 4>;
 std::atomic<uint64_t> g_built{0}, g_hits{0}, g_unsupported{0};
 
 // ============================================================================================
-// Handles: one cuDNN handle per device (never destroyed) and a mutex that makes
-// cudnnSetStream + cudnnBackendExecute one step (a handle holds one stream).
+// The shared cuDNN handle and descriptor (kernels/cuda/cudnn_backend.h), by their local names.
 
-struct DeviceState {
-  cudnnHandle_t handle = nullptr;
-  std::mutex run;
-};
-
-DeviceState& device_state(int device) {
-  static PerDevice<DeviceState> states;
-  return states.get(device, "scaled_dot_product_attention", [](DeviceState& s) {
-    HG_CUDNN_CHECK_CTX(cudnnCreate(&s.handle),
-                       std::string("creating the cuDNN handle for the fused attention (is cuDNN 9 with all its "
-                                   "sub-libraries installed beside libcudnn.so?)"));
-  });
-}
-
-// ============================================================================================
-// Descriptors
-
-// An owned backend descriptor.
-class Desc {
- public:
-  Desc(cudnnBackendDescriptorType_t type, const std::string& context) {
-    HG_CUDNN_CHECK_CTX(cudnnBackendCreateDescriptor(type, &d_), context);
-  }
-  ~Desc() {
-    if (d_) cudnnBackendDestroyDescriptor(d_);
-  }
-  Desc(Desc&& o) noexcept : d_(std::exchange(o.d_, nullptr)) {}
-  Desc& operator=(Desc&&) = delete;
-  Desc(const Desc&) = delete;
-  Desc& operator=(const Desc&) = delete;
-  cudnnBackendDescriptor_t get() const { return d_; }
-
- private:
-  cudnnBackendDescriptor_t d_ = nullptr;
-};
+using Desc = CudnnDesc;
+using DeviceState = CudnnDevice;
+DeviceState& device_state(int device) { return cudnn_device(device); }
 
 cudnnDataType_t io_type(DType t) {
   return t == DType::BFloat16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;  // the callers checked: one of the two
