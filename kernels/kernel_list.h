@@ -278,10 +278,11 @@ HG_KERNEL(void, fp8_update_scales, (const Tensor& history, const Tensor& scale, 
 // out = (a * scale_a[0]) @ (b * scale_b[0]) (+ bias): a [m, k], b [k, n] fp8
 // (any strides), scale_a/scale_b one-element float32, bias [n] contiguous in out's dtype
 // or undefined, out [m, n] contiguous float32, bfloat16 or float16.
-// Products are exact in float32; sums accumulate in float32.
+// Products are exact in float32; sums accumulate in float32. amax_out (a
+// one-element float32 view, or undefined) is set to max |out| (cuBLASLt's AMAX_D).
 HG_KERNEL(void, scaled_mm, (const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
-                            const Tensor& bias, const Tensor& out),
-          (a, b, scale_a, scale_b, bias, out), a)
+                            const Tensor& bias, const Tensor& out, const Tensor& amax_out),
+          (a, b, scale_a, scale_b, bias, out, amax_out), a)
 
 #ifdef HG_KERNEL_LIST_OWNS_CHECKED
 #undef HG_KERNEL_CHECKED

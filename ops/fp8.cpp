@@ -37,12 +37,20 @@ Tensor scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const 
              bias.describe());
     bias = bias.detach().to(options.out_dtype).contiguous();
   }
-  dispatch::check_same_device("scaled_mm", {a, b, scale_a, scale_b, bias});
+  if (options.amax_out.defined()) check_scale("scaled_mm", "amax_out", options.amax_out);
+  dispatch::check_same_device("scaled_mm", {a, b, scale_a, scale_b, bias, options.amax_out});
   return dispatch::call_nograd(OpId::scaled_mm, {a, b, scale_a, scale_b}, [&](const std::vector<Tensor>& in) {
     Tensor out = make_tensor({a.size(0), b.size(1)}, TensorOptions(options.out_dtype).device(a.device()));
     if (out.numel() > 0) {
-      if (a.size(1) == 0) out.zero_();
-      else kernels::scaled_mm(in[0], in[1], in[2], in[3], bias, out);
+      if (a.size(1) == 0) {
+        out.zero_();
+        if (bias.defined()) out.add_(bias);
+        if (options.amax_out.defined()) options.amax_out.copy_(amax(abs(out)).reshape({1}).to(DType::Float32));
+      } else {
+        kernels::scaled_mm(in[0], in[1], in[2], in[3], bias, out, options.amax_out);
+      }
+    } else if (options.amax_out.defined()) {
+      options.amax_out.fill_(0.0);
     }
     return out;
   });

@@ -20,6 +20,9 @@ namespace halfgrad {
 struct ScaledMmOptions {
   Tensor bias;                    // [n], cast to out_dtype; undefined: none
   DType out_dtype = DType::Float32;
+  // A one-element float32 tensor set to max |out| (NaN if out has one), the
+  // amax the next layer's scale needs, computed by the GEMM's epilogue on CUDA.
+  Tensor amax_out;
 };
 Tensor scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b,
                  const ScaledMmOptions& options = {});

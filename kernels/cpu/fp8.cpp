@@ -23,6 +23,20 @@ float scalar_of(const Tensor& t, const char* op, const char* what) {
   return *static_cast<const float*>(t.data_ptr());
 }
 
+// max |x| (NaN if x has one).
+template <typename T>
+float abs_max(const T* x, int64_t n) {
+  float m = 0.f;
+  bool nan = false;
+#pragma omp parallel for reduction(max : m) reduction(|| : nan) if (n >= 4 * kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) {
+    const float a = std::fabs(static_cast<float>(static_cast<acc_t<T>>(x[i])));
+    m = a > m ? a : m;
+    nan = nan || a != a;  // OpenMP's max may drop a NaN: kept aside
+  }
+  return nan ? NAN : m;
+}
+
 // One pass: scale, round, count saturations, and max |x| (a NaN wins).
 template <typename Fp8, typename T>
 void quantize_loop(const T* x, int64_t n, float scale, uint8_t* dst, float& amax, int64_t& saturated) {
@@ -91,7 +105,7 @@ void fp8_update_scales(const Tensor& history, const Tensor& scale, const Tensor&
 }
 
 void scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Tensor& scale_b, const Tensor& bias,
-               const Tensor& out) {
+               const Tensor& out, const Tensor& amax_out) {
   const float sa = scalar_of(scale_a, "scaled_mm", "scale_a"), sb = scalar_of(scale_b, "scaled_mm", "scale_b");
   const Tensor af = make_tensor(a.shape(), TensorOptions(DType::Float32));
   const Tensor bf = make_tensor(b.shape(), TensorOptions(DType::Float32));
@@ -113,6 +127,11 @@ void scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const Te
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) d[i * n + j] = d[i * n + j] * s + (bp ? bp[j] : 0.f);
   if (!f32) copy(out, acc);
+  if (amax_out.defined()) {  // of the output as stored (after its rounding), as cuBLASLt's AMAX_D
+    *static_cast<float*>(amax_out.data_ptr()) = HG_DISPATCH_FLOATING(out.dtype(), "scaled_mm", [&] {
+      return abs_max(static_cast<const scalar_t*>(out.data_ptr()), out.numel());
+    });
+  }
 }
 
 }  // namespace halfgrad::kernels::cpu

@@ -32,7 +32,7 @@ template <typename Fp8, typename In>
 __global__ void quantize_kernel(const storage_t<In>* in, int64_t n, const float* scale, uint8_t* out, float* amax,
                                 unsigned long long* saturated) {
   constexpr float kMax = std::is_same_v<Fp8, Float8_e4m3fn> ? kE4M3Max : kE5M2Max;
-  const float s = *scale;
+  const float s = scale ? *scale : 1.f;
   float m = 0.f;
   unsigned long long sat = 0;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
@@ -41,7 +41,8 @@ __global__ void quantize_kernel(const storage_t<In>* in, int64_t n, const float*
     m = (a > m || a != a) ? a : m;
     const float x = v * s;
     sat += fabsf(x) > kMax;
-    out[i] = std::is_same_v<Fp8, Float8_e4m3fn> ? float_to_e4m3fn_bits(x) : float_to_e5m2_bits(x, Fp8Overflow::Saturate);
+    if (out)  // null: only the amax (scaled_mm's fallback for AMAX_D)
+      out[i] = std::is_same_v<Fp8, Float8_e4m3fn> ? float_to_e4m3fn_bits(x) : float_to_e5m2_bits(x, Fp8Overflow::Saturate);
   }
   // Block reduction, then one atomic per block.
   __shared__ float block_max[kThreads / 32];
@@ -139,7 +140,7 @@ struct Fp8PlanKey {
   int device;
   int64_t m, n, k, ld_b, ld_a;
   int a_dtype, b_dtype, out_dtype;
-  bool bias;
+  bool bias, amax;
   uint32_t align_a, align_b, align_out, align_bias;
   auto operator<=>(const Fp8PlanKey&) const = default;
 };
@@ -174,6 +175,10 @@ std::shared_ptr<const Fp8Plan> create_fp8_plan(const Fp8PlanKey& key) {
     set_attr(&plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t{CUBLASLT_EPILOGUE_BIAS});
     set_attr(&plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(td));
   }
+  if (key.amax) {  // the pointer itself is set per call; the heuristic must know it is wanted
+    void* placeholder = nullptr;
+    set_attr(&plan->desc, CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, placeholder);
+  }
   cublasLtMatmulPreferenceOpaque_t pref;
   HG_CUBLAS_CHECK(cublasLtMatmulPreferenceInit(&pref));
   const uint64_t workspace_cap = uint64_t{32} << 20;
@@ -195,8 +200,8 @@ std::shared_ptr<const Fp8Plan> create_fp8_plan(const Fp8PlanKey& key) {
     plan->workspace_bytes = std::min<size_t>(result.workspaceSize, workspace_cap);
     plan->supported = true;
   } else {
-    plan->why = fmt::format("heuristic status {}, {} algorithms{}", cublasLtGetStatusName(st), found,
-                            key.bias ? ", with the bias epilogue" : "");
+    plan->why = fmt::format("heuristic status {}, {} algorithms{}{}", cublasLtGetStatusName(st), found,
+                            key.bias ? ", with the bias epilogue" : "", key.amax ? ", with the output's amax" : "");
   }
   return plan;
 }
@@ -260,7 +265,7 @@ void fp8_update_scales(const Tensor& history, const Tensor& scale, const Tensor&
 // alignment have a kernel is asked of cuBLASLt's heuristic, never assumed, and
 // the answer is cached per problem (as gemm.cu's plans).
 void scaled_mm(const Tensor& a_in, const Tensor& b_in, const Tensor& scale_a, const Tensor& scale_b,
-               const Tensor& bias, const Tensor& out) {
+               const Tensor& bias, const Tensor& out, const Tensor& amax_out) {
   const int device = common_device("scaled_mm", {&a_in, &b_in, &scale_a, &scale_b, &out});
   const int64_t m = a_in.size(0), k = a_in.size(1), n = b_in.size(1);
   if (m == 0 || n == 0) return;
@@ -269,10 +274,17 @@ void scaled_mm(const Tensor& a_in, const Tensor& b_in, const Tensor& scale_a, co
     return fmt::format("scaled_mm({} @ {} -> {})", a_in.describe(), b_in.describe(), out.describe());
   };
   Fp8PlanKey key{device, m, n, k, b.stride(1), a.stride(0), static_cast<int>(a.dtype()), static_cast<int>(b.dtype()),
-                 static_cast<int>(out.dtype()), bias.defined(),
+                 static_cast<int>(out.dtype()), bias.defined(), amax_out.defined(),
                  alignment_of(a.data_ptr()), alignment_of(b.data_ptr()), alignment_of(out.data_ptr()),
                  bias.defined() ? alignment_of(bias.data_ptr()) : 0u};
   std::shared_ptr<const Fp8Plan> plan = fp8_plan(key);
+  // The output's amax in the epilogue where cuBLASLt has it (fp8 outputs
+  // surely; others by the heuristic's answer), else one reduction pass after.
+  bool amax_pass = amax_out.defined() && !plan->supported;
+  if (amax_pass) {
+    key.amax = false;
+    plan = fp8_plan(key);
+  }
   // cuBLASLt's bias epilogue with an fp8 GEMM takes only some bias types (a
   // float32 output may want a bfloat16 bias): without one, a float32 output
   // gets the bias in a separate pass (one rounding, as the CPU's); a half
@@ -281,6 +293,8 @@ void scaled_mm(const Tensor& a_in, const Tensor& b_in, const Tensor& scale_a, co
   if (bias_pass) {
     key.bias = false;
     key.align_bias = 0;
+    amax_pass = amax_pass || key.amax;  // the amax must see the bias: after the bias pass
+    key.amax = false;
     plan = fp8_plan(key);
   }
   HG_CHECK(plan->supported,
@@ -297,6 +311,7 @@ void scaled_mm(const Tensor& a_in, const Tensor& b_in, const Tensor& scale_a, co
   set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, scale_b.data_ptr());
   set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, scale_a.data_ptr());
   if (key.bias) set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias.data_ptr());
+  if (key.amax) set(CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, amax_out.data_ptr());
   void* workspace = plan->workspace_bytes ? halfgrad::cuda::allocate(plan->workspace_bytes, device) : nullptr;
   const cublasStatus_t run =
       cublasLtMatmul(cublaslt_handle(device), &desc, &alpha, b.data_ptr(), &plan->a, a.data_ptr(), &plan->b, &beta,
@@ -305,6 +320,15 @@ void scaled_mm(const Tensor& a_in, const Tensor& b_in, const Tensor& scale_a, co
   if (workspace) halfgrad::cuda::release(workspace, device);  // stream-ordered: safe once queued (gemm.cu)
   HG_CUBLAS_CHECK_CTX(run, describe());
   if (bias_pass) gemm_passes::epilogue_pass(gemm_passes::Act::Identity, out, 1.0, bias, Tensor(), out);
+  if (amax_pass) {  // max |out| as stored, by the quantiser's reduction without its stores
+    HG_CUDA_CHECK(cudaMemsetAsync(amax_out.data_ptr(), 0, sizeof(float), stream()));
+    HG_DISPATCH_FLOATING(out.dtype(), "scaled_mm", [&] {
+      quantize_kernel<Float8_e4m3fn, scalar_t><<<grid_for(out.numel(), kThreads, device), kThreads, 0, stream()>>>(
+          static_cast<const storage_t<scalar_t>*>(out.data_ptr()), out.numel(), nullptr, nullptr,
+          static_cast<float*>(amax_out.data_ptr()), nullptr);
+    });
+    HG_CUDA_CHECK(cudaGetLastError());
+  }
 }
 
 }  // namespace halfgrad::kernels::cuda

@@ -47,8 +47,11 @@ TEST_CASE("scaled_mm: (a * sa) @ (b * sb) + bias matches float64 on the same fp8
       const Tensor w = spread({n, k}).to(tb);  // a weight [n, k]: b = w^T, column-major as in a Linear
       const Tensor bias = spread({n});
       const float sa = 0.25f, sb = 3.0f;
-      const Tensor y = hg::scaled_mm(a, w.t(), scalar(sa), scalar(sb), {.bias = bias, .out_dtype = out_dtype});
+      Tensor amax = scalar(-1);
+      const Tensor y =
+          hg::scaled_mm(a, w.t(), scalar(sa), scalar(sb), {.bias = bias, .out_dtype = out_dtype, .amax_out = amax});
       REQUIRE(y.dtype() == out_dtype);
+      CHECK(amax.item<float>() == hg::amax(hg::abs(y.to(hg::kFloat))).item<float>());  // of the output as stored
       REQUIRE(y.shape() == hg::Shape{m, n});
       const double tol = out_dtype == hg::kFloat ? 1e-6 : hgtest::tol(out_dtype);
       // The bias is rounded to the output dtype first (as cuBLASLt reads it).
@@ -169,9 +172,11 @@ TEST_CASE("fp8 ops on CUDA match the CPU emulation [cuda]", "[fp8][cuda]") {
   const Tensor a = spread({64, 128}).to(hg::float8_e4m3fn), w = spread({48, 128}).to(hg::float8_e4m3fn);
   const Tensor bias = spread({48}).to(hg::kBFloat16);
   for (hg::DType out_dtype : {hg::kFloat, hg::kBFloat16}) {
+    Tensor amax_g = scalar(0, gpu);
     const Tensor yc = hg::scaled_mm(a, w.t(), scalar(0.5f), scalar(2.0f), {.bias = bias, .out_dtype = out_dtype});
     const Tensor yg = hg::scaled_mm(dev(a), dev(w).t(), scalar(0.5f, gpu), scalar(2.0f, gpu),
-                                    {.bias = dev(bias), .out_dtype = out_dtype});
+                                    {.bias = dev(bias), .out_dtype = out_dtype, .amax_out = amax_g});
+    CHECK(amax_g.item<float>() == hg::amax(hg::abs(yg.to(hg::kFloat))).item<float>());  // epilogue or fallback
     hgtest::cuda::expect_same(yg, yc, std::string("scaled_mm -> ") + std::string(hg::dtype_name(out_dtype)), false,
                               out_dtype == hg::kFloat ? 1e-6 : 0);
   }
