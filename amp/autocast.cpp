@@ -147,6 +147,34 @@ bool cuda_region_possible(DeviceType device_type, bool enabled) {
   });
   return false;
 }
+
+// The dtype of an enabled region, as torch.autocast checks it (a disabled
+// region takes any dtype: it casts nothing). CPU: float16 or bfloat16, else
+// PyTorch's warning (once per process) and the region is disabled. CUDA:
+// float32 too (PyTorch accepts it: the lower-precision list then runs in
+// float32); any other dtype is an Error (PyTorch does not check, and casting
+// the listed ops' inputs to float64 or an integer type makes no sense).
+bool dtype_allows(DeviceType device_type, DType dtype, bool enabled) {
+  if (!enabled || is_low_precision(dtype)) return enabled;
+  if (device_type == DeviceType::CUDA) {
+    HG_CHECK(dtype == DType::Float32,
+             "autocast(cuda, {}): an enabled CUDA region runs in float16, bfloat16 or float32, not {}; pass one "
+             "of those, or enabled=false",
+             dtype_name(dtype), dtype_name(dtype));
+    return true;
+  }
+  static std::once_flag warned;
+  std::call_once(warned, [dtype] {
+    std::fputs(fmt::format("halfgrad warning: autocast: In CPU autocast, but the target dtype is not supported. "
+                           "Disabling autocast.\nCPU Autocast only supports dtype of bfloat16, float16 currently "
+                           "(got {}): the region runs without autocast. Pass enabled=false to say so, or "
+                           "dtype bfloat16 for mixed precision.\n",
+                           dtype_name(dtype))
+                   .c_str(),
+               stderr);
+  });
+  return false;
+}
 }  // namespace
 
 autocast::autocast(DeviceType device_type, std::optional<DType> dtype, bool enabled, bool cache_enabled)
@@ -155,9 +183,7 @@ autocast::autocast(DeviceType device_type, std::optional<DType> dtype, bool enab
       dtype_(dtype.value_or(device_type == DeviceType::CUDA ? DType::Float16 : DType::BFloat16)),
       cache_enabled_(cache_enabled),
       prev_(current()) {
-  HG_CHECK(is_low_precision(dtype_),
-           "autocast: dtype must be float16 or bfloat16 (the lower-precision dtype ops run in), got {}",
-           dtype_name(dtype_));
+  enabled_ = dtype_allows(device_type, dtype_, enabled_);
   set_current(applied_to(prev_));
   g.guards.push_back(this);
 }

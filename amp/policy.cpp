@@ -128,7 +128,7 @@ constexpr Builtin kCpu[] = {
   "add", "sub", "mul", "div", "maximum", "minimum", "neg", "sqrt", "abs", "relu", "gelu", "sigmoid", "tanh",  \
       "clamp", "eq", "ne", "lt", "le", "gt", "ge", "where", "mean", "max", "argmax", "dropout", "view",       \
       "permute", "narrow", "slice", "unsqueeze", "squeeze", "expand", "clone", "contiguous", "to",           \
-      "to_device", "fill", "copy", "sort", "argsort", "topk", "min", "argmin", "amax", "amin", "all", "any",     \
+      "to_device", "fill", "copy", "sort", "argsort", "topk", "multinomial", "min", "argmin", "amax", "amin", "all", "any",     \
       "isclose", "isnan", "isinf", "isfinite", "remainder", "fmod", "index_select", "gather", "scatter",       \
       "masked_fill", "one_hot", "batch_norm", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d", "hardswish", \
       "hardsigmoid", "relu6", "sin", "cos", "erf", "floor", "round", "sign", "var", "std", "embedding",     \

@@ -10,7 +10,7 @@ file(MAKE_DIRECTORY ${HALFGRAD_INCLUDE_ROOT})
 file(CREATE_LINK ${PROJECT_SOURCE_DIR} ${HALFGRAD_INCLUDE_ROOT}/halfgrad SYMBOLIC)
 add_library(halfgrad SHARED
   core/allocator.cpp core/host_cache.cpp core/atomic_file.cpp core/device.cpp core/file_input.cpp core/json_input.cpp core/pinned.cpp
-  core/random.cpp core/tensor.cpp core/layout.cpp
+  core/random.cpp core/generator.cpp core/tensor.cpp core/layout.cpp
   dispatch/dispatch.cpp dispatch/layers.cpp dispatch/node.cpp dispatch/grad_mode.cpp
   autograd/engine.cpp autograd/record.cpp autograd/function.cpp
   amp/autocast.cpp amp/policy.cpp amp/scaler_kernels.cpp amp/grad_scaler.cpp amp/grad_norm.cpp amp/numerics.cpp amp/monitor.cpp
@@ -18,14 +18,14 @@ add_library(halfgrad SHARED
   kernels/router.cpp kernels/common.cpp kernels/numeric_settings.cpp kernels/cpu/threads.cpp
   kernels/cpu/elementwise.cpp kernels/cpu/reduce.cpp kernels/cpu/softmax.cpp kernels/cpu/random.cpp kernels/cpu/matmul.cpp
   kernels/cpu/linear_chain.cpp kernels/cpu/gemm.cpp kernels/cpu/sort.cpp kernels/cpu/index.cpp kernels/cpu/conv_direct.cpp
-  kernels/cpu/batch_norm.cpp kernels/cpu/pool.cpp kernels/cpu/fp8.cpp
+  kernels/cpu/batch_norm.cpp kernels/cpu/pool.cpp kernels/cpu/fp8.cpp kernels/cpu/multinomial.cpp
   ops/util.cpp ops/factory.cpp ops/shape.cpp ops/elementwise.cpp ops/grad_ops.cpp
   ops/reduce.cpp ops/norms.cpp ops/logical.cpp ops/linalg.cpp ops/linear_chain.cpp ops/loss.cpp ops/print.cpp
   ops/tensor_methods.cpp ops/sort.cpp ops/indexing.cpp ops/index_expr.cpp ops/norm_pool.cpp ops/conv.cpp
-  ops/layer_norm.cpp ops/embedding.cpp ops/attention.cpp ops/fp8.cpp
+  ops/layer_norm.cpp ops/embedding.cpp ops/attention.cpp ops/fp8.cpp ops/multinomial.cpp
   nn/module.cpp nn/state_dict.cpp nn/init.cpp nn/linear.cpp nn/sequential.cpp nn/clip_grad.cpp
   nn/conv.cpp nn/batchnorm.cpp nn/pooling.cpp nn/models/mobilenet_v3.cpp
-  nn/normalization.cpp nn/sparse.cpp nn/attention.cpp
+  nn/normalization.cpp nn/sparse.cpp nn/attention.cpp nn/module_list.cpp
   nn/safetensors.cpp nn/safetensors_format.cpp
   optim/optimizer.cpp optim/sgd.cpp optim/adam.cpp optim/fused_cpu.cpp optim/low_precision.cpp optim/low_precision_cpu.cpp optim/lr_scheduler.cpp optim/checkpoint.cpp
   data/dataset.cpp data/loader.cpp data/idx.cpp data/transforms.cpp
@@ -45,7 +45,7 @@ set_source_files_properties(kernels/cpu/softmax.cpp kernels/cpu/elementwise.cpp 
 # (dispatch/, but for grad mode), raw views (core/alias.h) and the CPU/CUDA kernel headers stay inside.
 set(HALFGRAD_PUBLIC_HEADERS
     core/allocator.h core/host_cache.h core/atomic_file.h core/device.h core/dtype.h core/error.h core/format.h core/half.h core/float8.h core/macros.h
-    core/indexing.h core/pinned.h core/random.h core/shape.h core/tensor.h
+    core/generator.h core/indexing.h core/pinned.h core/random.h core/shape.h core/tensor.h
     dispatch/grad_mode.h
     autograd/function.h autograd/grad.h autograd/grad_mode.h autograd/gradcheck.h autograd/hooks.h
     amp/anomaly.h amp/autocast.h amp/custom_function.h amp/fp8.h amp/grad_scaler.h amp/monitor.h amp/policy.h amp/numerics.h
@@ -53,7 +53,7 @@ set(HALFGRAD_PUBLIC_HEADERS
     ops/conv_ops.h ops/norm_pool_ops.h ops/transformer_ops.h ops/fp8_ops.h
     nn/activation.h nn/batchnorm.h nn/conv.h nn/dropout.h nn/flatten.h nn/functional.h nn/init.h nn/linear.h nn/loss.h
     nn/module.h nn/nn.h nn/pooling.h nn/models/mobilenet_v3.h nn/normalization.h nn/sparse.h nn/attention.h
-    nn/safetensors.h nn/sequential.h nn/state_dict.h nn/utils.h
+    nn/module_list.h nn/safetensors.h nn/sequential.h nn/state_dict.h nn/utils.h
     optim/adam.h optim/checkpoint.h optim/low_precision.h optim/lr_scheduler.h optim/optim.h optim/optimizer.h optim/sgd.h
     data/data.h data/dataset.h data/idx.h data/loader.h data/sampler.h data/transforms.h
     train/loss_monitor.h train/memory.h train/metrics_csv.h train/overflow_warning.h train/progress.h train/train.h)

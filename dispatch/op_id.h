@@ -44,6 +44,8 @@
   X(layer_norm) X(embedding) X(scaled_dot_product_attention)                                                \
   /* fp8 (ops/fp8.cpp) */                                                                                   \
   X(scaled_mm) X(fp8_quantize) X(fp8_update_scales)                                                         \
+  /* sampling (ops/multinomial.cpp) */                                                                       \
+  X(multinomial)                                                                                            \
   /* in place only (add_, sub_, mul_, div_ use add, sub, mul, div) */                                       \
   X(fill) X(copy)
 // clang-format on

@@ -7,6 +7,7 @@
 #include <halfgrad/core/dtype.h>
 #include <halfgrad/core/error.h>
 #include <halfgrad/core/format.h>
+#include <halfgrad/core/generator.h>
 #include <halfgrad/core/half.h>
 #include <halfgrad/core/host_cache.h>
 #include <halfgrad/core/indexing.h>

@@ -220,9 +220,10 @@ HG_KERNEL(void, take_along_dim_backward, (const Tensor& g, const Tensor& indices
 HG_KERNEL(void, cumsum, (const Tensor& in, const Tensor& out, bool reverse),
           (in, out, reverse), in)
 // A random permutation of 0..n-1 into the contiguous int64 `out` [n] from its
-// device's generator.
-HG_KERNEL(void, randperm, (const Tensor& out),
-          (out), out)
+// device's generator, or from `generator` when one is given (so for the random
+// entries below).
+HG_KERNEL(void, randperm, (const Tensor& out, Generator* generator HG_DEFAULT(nullptr)),
+          (out, generator), out)
 HG_KERNEL(void, gather, (const Tensor& in, int64_t dim, const Tensor& index, const Tensor& out, const char* op),
           (in, dim, index, out, op), in)
 HG_KERNEL(void, scatter, (const Tensor& self, int64_t dim, const Tensor& index, const Tensor& src, ScatterMode mode,
@@ -250,13 +251,26 @@ HG_KERNEL(void, fused_attention_backward, (const Tensor& q, const Tensor& k, con
                                            const Tensor& dout, const Tensor& stats, const FusedAttention& a,
                                            const Tensor& dq, const Tensor& dk, const Tensor& dv),
           (q, k, v, out, dout, stats, a, dq, dk, dv), q)
-// Random fills of a contiguous `out` from its device's generator (core/random.h).
-HG_KERNEL(void, uniform, (const Tensor& out, double low, double high),
-          (out, low, high), out)
-HG_KERNEL(void, normal, (const Tensor& out, double mean, double std),
-          (out, mean, std), out)
-HG_KERNEL(void, randint, (const Tensor& out, int64_t low, int64_t high),
-          (out, low, high), out)
+// Random fills of a contiguous `out` from its device's generator (core/random.h),
+// or from `generator` (core/generator.h) when one is given.
+HG_KERNEL(void, uniform, (const Tensor& out, double low, double high, Generator* generator HG_DEFAULT(nullptr)),
+          (out, low, high, generator), out)
+HG_KERNEL(void, normal, (const Tensor& out, double mean, double std, Generator* generator HG_DEFAULT(nullptr)),
+          (out, mean, std, generator), out)
+HG_KERNEL(void, randint, (const Tensor& out, int64_t low, int64_t high, Generator* generator HG_DEFAULT(nullptr)),
+          (out, low, high, generator), out)
+// torch.multinomial on the contiguous [rows, n] non-negative `weights` (every
+// row with a positive sum, finite; without replacement at least num_samples
+// positive: the op checked) into the contiguous int64 `out` [rows, num_samples].
+// With replacement: sample j of row r inverts the row's cumulative sum at
+// u * total, u from Philox counter offset + r * num_samples + j; the sum is
+// taken in double in a fixed order both backends share (kernels/multinomial_math.h),
+// so they give the same indices. Without replacement: the exponential race
+// (PyTorch's): the num_samples largest w_i / E_i, E_i ~ Exp(1) from counter
+// offset + r * n + i, in descending order (ties: the lower index first).
+HG_KERNEL(void, multinomial, (const Tensor& weights, bool replacement, const Tensor& out,
+                              Generator* generator HG_DEFAULT(nullptr)),
+          (weights, replacement, out, generator), weights)
 // fp8 (docs/fp8.md). out (float8_e4m3fn or float8_e5m2, in's shape) = in * scale[0],
 // rounded to nearest even and saturated to the format's largest finite value;
 // amax[0] = max(amax[0], max |in|) (a NaN in `in` makes it NaN); saturated[0]

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include <halfgrad/core/generator.h>
 #include <halfgrad/core/tensor.h>
 #include <halfgrad/kernels/activation.h>
 

@@ -11,6 +11,7 @@
 #include <halfgrad/nn/linear.h>
 #include <halfgrad/nn/loss.h>
 #include <halfgrad/nn/module.h>
+#include <halfgrad/nn/module_list.h>
 #include <halfgrad/nn/normalization.h>
 #include <halfgrad/nn/pooling.h>
 #include <halfgrad/nn/safetensors.h>

@@ -7,6 +7,7 @@
 
 #include <halfgrad/kernels/kernels.h>
 #include <halfgrad/ops/ops.h>
+#include <halfgrad/ops/util.h>
 
 namespace halfgrad {
 
@@ -126,28 +127,33 @@ Tensor arange(double start, double end, double step, TensorOptions o) {
   return finish(out, o);
 }
 
-Tensor rand(const Shape& shape, TensorOptions o) {
+Tensor rand(const Shape& shape, std::optional<Generator> generator, TensorOptions o) {
   HG_CHECK(is_floating(o.dtype()), "rand: dtype must be floating, got {}", dtype_name(o.dtype()));
   Tensor t = make_tensor(shape, plain(o));
-  kernels::uniform(t, 0.0, 1.0);
+  kernels::uniform(t, 0.0, 1.0, ops::generator_for("rand", generator, t.device()));
   return finish(t, o);
 }
+Tensor rand(const Shape& shape, TensorOptions o) { return rand(shape, std::nullopt, o); }
 
-Tensor randn(const Shape& shape, TensorOptions o) {
+Tensor randn(const Shape& shape, std::optional<Generator> generator, TensorOptions o) {
   HG_CHECK(is_floating(o.dtype()), "randn: dtype must be floating, got {}", dtype_name(o.dtype()));
   Tensor t = make_tensor(shape, plain(o));
-  kernels::normal(t, 0.0, 1.0);
+  kernels::normal(t, 0.0, 1.0, ops::generator_for("randn", generator, t.device()));
   return finish(t, o);
 }
+Tensor randn(const Shape& shape, TensorOptions o) { return randn(shape, std::nullopt, o); }
 
-Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions o) {
+Tensor randint(int64_t low, int64_t high, const Shape& shape, std::optional<Generator> generator, TensorOptions o) {
   o = o.with_default_dtype(DType::Int64);
   HG_CHECK(low < high, "randint: low ({}) must be less than high ({})", low, high);
   HG_CHECK(o.dtype() != DType::Bool, "randint: dtype bool is not supported");
   if (is_floating(o.dtype())) fit_range_to_float(o.dtype(), low, high);
   Tensor t = make_tensor(shape, plain(o));
-  kernels::randint(t, low, high);
+  kernels::randint(t, low, high, ops::generator_for("randint", generator, t.device()));
   return finish(t, o);
+}
+Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions o) {
+  return randint(low, high, shape, std::nullopt, o);
 }
 
 Tensor tensor(const std::vector<float>& v, const Shape& s, TensorOptions o) { return from_values(v, s, o); }

@@ -9,6 +9,7 @@
 #include <tuple>
 #include <vector>
 
+#include <halfgrad/core/generator.h>
 #include <halfgrad/core/random.h>
 #include <halfgrad/core/tensor.h>
 #include <halfgrad/kernels/activation.h>
@@ -30,6 +31,13 @@ Tensor arange(double start, double end, double step = 1.0, TensorOptions options
 Tensor rand(const Shape& shape, TensorOptions options = {});   // uniform [0, 1)
 Tensor randn(const Shape& shape, TensorOptions options = {});  // standard normal
 Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions options = {});  // int64 by default
+// The same from a Generator (LibTorch's torch::rand(size, generator, options),
+// Python's generator=g): its stream, not the global one; its device type must
+// be the tensor's. std::nullopt: the global generator.
+Tensor rand(const Shape& shape, std::optional<Generator> generator, TensorOptions options = {});
+Tensor randn(const Shape& shape, std::optional<Generator> generator, TensorOptions options = {});
+Tensor randint(int64_t low, int64_t high, const Shape& shape, std::optional<Generator> generator,
+               TensorOptions options = {});
 // From values (row-major); an empty shape means 1-d of values.size().
 Tensor tensor(const std::vector<float>& values, const Shape& shape = {}, TensorOptions options = {});
 Tensor tensor(const std::vector<double>& values, const Shape& shape = {},

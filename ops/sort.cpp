@@ -153,7 +153,7 @@ Tensor cumsum(const Tensor& x, int64_t dim, std::optional<DType> dtype) {
   return cumsum_dir(a, d, false);
 }
 
-Tensor randperm(int64_t n, TensorOptions o) {
+Tensor randperm(int64_t n, std::optional<Generator> generator, TensorOptions o) {
   o = o.with_default_dtype(DType::Int64);
   HG_CHECK(n >= 0, "randperm: n must be non-negative, got {}", n);
   HG_CHECK(o.dtype() != DType::Bool, "randperm: dtype bool is not supported; use int64 (the default)");
@@ -168,11 +168,13 @@ Tensor randperm(int64_t n, TensorOptions o) {
              n, dtype_name(o.dtype()), int64_t{1} << digits);
   }
   Tensor p = make_tensor({n}, TensorOptions(DType::Int64, o.device()));
-  if (n > 0) kernels::randperm(p);
+  Generator* gen = ops::generator_for("randperm", generator, p.device());
+  if (n > 0) kernels::randperm(p, gen);
   Tensor t = o.dtype() == DType::Int64 ? p : p.to(o.dtype());
   if (o.requires_grad()) t.requires_grad_(true);
   return t;
 }
+Tensor randperm(int64_t n, TensorOptions o) { return randperm(n, std::nullopt, o); }
 
 // Tensor methods that forward to these ops.
 std::tuple<Tensor, Tensor> Tensor::sort(int64_t dim, bool descending, bool stable) const {

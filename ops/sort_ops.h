@@ -11,6 +11,7 @@
 #include <optional>
 #include <tuple>
 
+#include <halfgrad/core/generator.h>
 #include <halfgrad/core/tensor.h>
 
 namespace halfgrad {
@@ -39,5 +40,18 @@ Tensor cumsum(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nu
 // shuffle on the Philox stream; CUDA: a stable sort of 64-bit random keys. The
 // two devices give different permutations for the same seed.
 Tensor randperm(int64_t n, TensorOptions options = {});
+// The same from a Generator (torch.randperm(n, generator=g)); std::nullopt: the global one.
+Tensor randperm(int64_t n, std::optional<Generator> generator, TensorOptions options = {});
+// torch.multinomial: num_samples indices (int64) per row of the 1-d [n] or 2-d
+// [rows, n] non-negative weights `input` (floating, not necessarily
+// normalised), with or without replacement, from `generator` or the global
+// generator. PyTorch's errors: a negative, infinite or NaN weight, a row
+// summing to 0, num_samples < 1, num_samples > n without replacement; and
+// (as PyTorch before 1.11) fewer positive weights in a row than num_samples
+// without replacement. On CUDA the checks read the weights' summary on the
+// host (a device sync, as in PyTorch). CPU and CUDA give the same indices for
+// the same seed (kernels/kernel_list.h, multinomial).
+Tensor multinomial(const Tensor& input, int64_t num_samples, bool replacement = false,
+                   std::optional<Generator> generator = std::nullopt);
 
 }  // namespace halfgrad

@@ -109,4 +109,14 @@ Shape squeezed_shape(const Shape& in, const std::vector<int64_t>& dims) {
   return s;
 }
 
+Generator* generator_for(std::string_view op, std::optional<Generator>& generator, Device device) {
+  if (!generator) return nullptr;
+  HG_CHECK(generator->device().type() == device.type(),
+           "{}: expected a '{}' device type for generator but found '{}' (the tensor is drawn on {}); make the "
+           "generator with hg::Generator({})",
+           op, device_type_name(device.type()), device_type_name(generator->device().type()), device.str(),
+           device_type_name(device.type()));
+  return &*generator;
+}
+
 }  // namespace halfgrad::ops

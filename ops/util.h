@@ -1,9 +1,11 @@
 #pragma once
 // Small helpers shared by the op files: dims, broadcasting, scalar operands.
 #include <initializer_list>
+#include <optional>
 #include <string_view>
 #include <utility>
 
+#include <halfgrad/core/generator.h>
 #include <halfgrad/core/layout.h>
 #include <halfgrad/core/tensor.h>
 
@@ -29,6 +31,10 @@ Shape squeezed_shape(const Shape& in, const std::vector<int64_t>& dims);
 // Each tensor is defined, or an Error naming the op and which argument is not
 // (a default-constructed or moved-from Tensor).
 void check_defined(std::string_view op, std::initializer_list<std::pair<std::string_view, const Tensor*>> args);
+// The generator a random op draws from: null (the global one) when none is
+// given; else it, after checking that its device type is `device`'s (PyTorch:
+// "Expected a 'cuda' device type for generator but found 'cpu'").
+Generator* generator_for(std::string_view op, std::optional<Generator>& generator, Device device);
 // A stride-0 view of `t` with `shape`, which t's shape must broadcast to (no
 // autograd; for use inside kernels' callers).
 Tensor broadcast_to(const Tensor& t, const Shape& shape);

@@ -377,9 +377,8 @@ struct Precision {
 
 Precision precision_of(const std::string& name, const hg::Device& device) {
   const std::string n = name != "auto" ? name : device.is_cuda() ? "fp16" : "bf16";
-  // fp32: autocast off. Its dtype still has to be a lower-precision one:
-  // halfgrad's autocast checks it even with enabled=false (PyTorch's does not).
-  if (n == "fp32") return {n, hg::kBFloat16, false, false};
+  // fp32: autocast off, as PyTorch's autocast(dtype=float32, enabled=False).
+  if (n == "fp32") return {n, hg::kFloat32, false, false};
   if (n == "bf16") return {n, hg::kBFloat16, true, false};
   return {n, hg::kHalf, true, true};
 }
@@ -404,12 +403,14 @@ double estimate_loss(gpt::GPT& model, const std::vector<int64_t>& data, const Op
 
 // Autoregressive sampling: feed the last block_size characters, take the
 // logits of the last position, divide by the temperature, keep the top k,
-// softmax, and draw a character on the host from those probabilities with a
-// seeded generator (halfgrad has no torch.multinomial yet).
+// softmax, and draw a character with hg::multinomial (torch.multinomial(probs,
+// 1, generator=g)) from a generator of its own, so the sample depends on the
+// seed and the model only, not on how far the global stream has gone.
 std::string sample(gpt::GPT& model, const Vocabulary& vocab, const Options& o, const Precision& p, hg::Device device) {
   model.eval();
   hg::NoGradGuard no_grad;
-  Stream rng{o.seed, /*stream=*/3};
+  hg::Generator gen(device);
+  gen.manual_seed(o.seed + 3);  // a stream apart from the global one, which --seed seeds
   std::vector<int64_t> ids = vocab.encode(o.prompt);
   std::string out;
   for (int64_t n = 0; n < o.sample_chars; ++n) {
@@ -425,18 +426,7 @@ std::string sample(gpt::GPT& model, const Vocabulary& vocab, const Options& o, c
       auto [top, at] = last.topk(o.top_k);
       last = last.masked_fill(last < top.select(0, o.top_k - 1), -INFINITY);
     }
-    const hg::Tensor probs = last.softmax(0).to(hg::kDouble).cpu();
-    const double* pr = probs.data<double>();
-    double u = rng.uniform(), acc = 0;
-    int64_t next = vocab.size() - 1;
-    for (int64_t i = 0; i < vocab.size(); ++i) {
-      acc += pr[i];
-      if (u < acc) {
-        next = i;
-        break;
-      }
-    }
-    while (pr[next] == 0 && next > 0) --next;  // rounding left u past the last likely character
+    const int64_t next = hg::multinomial(last.softmax(0), 1, /*replacement=*/false, gen).item<int64_t>();
     ids.push_back(next);
     out += vocab.chars[static_cast<size_t>(next)];
   }

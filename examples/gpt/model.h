@@ -88,19 +88,10 @@ struct Block : hg::nn::Module {
   }
 };
 
-// PyTorch's nn.ModuleList, as much of it as we need: children named "0", "1", ...
-struct BlockList : hg::nn::Module {
-  std::vector<std::shared_ptr<Block>> blocks;
-  void push_back(std::shared_ptr<Block> b) {
-    register_module(std::to_string(blocks.size()), b);
-    blocks.push_back(std::move(b));
-  }
-};
-
 struct GPT : hg::nn::Module {
   Config config;
   hg::nn::Embedding wte, wpe;
-  BlockList h;
+  hg::nn::ModuleList h;  // the blocks, children "0", "1", ... (h.0.attn..., as nanoGPT's)
   hg::nn::LayerNorm ln_f;
 
   explicit GPT(const Config& c) : config(c), wte(c.vocab_size, c.n_embd), wpe(c.block_size, c.n_embd), ln_f(c.n_embd) {
@@ -111,7 +102,7 @@ struct GPT : hg::nn::Module {
     HG_CHECK(c.dropout >= 0 && c.dropout < 1, "GPT: dropout must be in [0, 1), got {}", c.dropout);
     register_module("wte", wte);
     register_module("wpe", wpe);
-    for (int64_t i = 0; i < c.n_layer; ++i) h.push_back(std::make_shared<Block>(c));
+    for (int64_t i = 0; i < c.n_layer; ++i) h.append(std::make_shared<Block>(c));
     register_module("h", h);
     register_module("ln_f", ln_f);
     init_weights();
@@ -136,7 +127,7 @@ struct GPT : hg::nn::Module {
              config.block_size);
     hg::Tensor pos = hg::arange(T, hg::TensorOptions(hg::kLong, idx.device()));
     hg::Tensor x = hg::dropout(wte(idx) + wpe(pos), config.dropout, is_training());
-    for (const auto& block : h.blocks) x = block->forward(x);
+    for (const hg::nn::Module& block : h) x = static_cast<const Block&>(block).forward(x);
     x = ln_f(x);
     return hg::linear(x, wte.weight);  // the head shares the token embedding's weight
   }

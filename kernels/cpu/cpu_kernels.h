@@ -17,6 +17,12 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& out, const Tensor& bia
 Tensor activation_backward(const Tensor& g, kernels::Activation act, const Tensor& saved);
 void linear_param_grads(const Tensor& gz, const Tensor& x2, const Tensor& dw, const Tensor& db);
 
+// The counters of one draw of n elements: from `generator`, or (null) from the
+// global CPU generator (core/random.h).
+inline rng::PhiloxState reserve(uint64_t n, Generator* generator) {
+  return generator != nullptr ? generator->reserve(n) : rng::cpu_reserve(n);
+}
+
 // Element conversion as in PyTorch: through the compute type, bool is x != 0,
 // float to int64 by float_to_int64 (core/dtype.h).
 template <typename D, typename S>

@@ -9,12 +9,13 @@
 namespace halfgrad::kernels::cpu {
 
 namespace {
-// Calls fill(i, words) for every element of the contiguous `out`.
+// Calls fill(i, words) for every element of the contiguous `out`, drawing from
+// `generator` or (null) the global CPU generator.
 template <typename Fill>
-void draw(const Tensor& out, const char* op, Fill&& fill) {
+void draw(const Tensor& out, const char* op, Generator* generator, Fill&& fill) {
   HG_CHECK(out.is_contiguous(), "{}: the output must be contiguous, got {}", op, out.describe());
   const int64_t n = out.numel();
-  const rng::PhiloxState s = rng::cpu_reserve(static_cast<uint64_t>(n));
+  const rng::PhiloxState s = reserve(static_cast<uint64_t>(n), generator);
 #pragma omp parallel for schedule(static) if (n >= 2 * kParallelGrain)
   for (int64_t i = 0; i < n; ++i) fill(i, philox::draw(s.seed, s.offset, static_cast<uint64_t>(i)));
 }
@@ -26,10 +27,10 @@ T round_to(double v) {
 }
 }  // namespace
 
-void uniform(const Tensor& out, double low, double high) {
+void uniform(const Tensor& out, double low, double high, Generator* generator) {
   HG_DISPATCH_FLOATING(out.dtype(), "rand", [&] {
     auto* o = static_cast<scalar_t*>(out.data_ptr());
-    draw(out, "rand", [&](int64_t i, const philox::Words& w) {
+    draw(out, "rand", generator, [&](int64_t i, const philox::Words& w) {
       const scalar_t r = round_to<scalar_t>(philox::uniform(w, low, high));
       // rounding to the dtype may reach `high`: such draws become `low`, keeping [low, high)
       o[i] = static_cast<double>(static_cast<acc_t<scalar_t>>(r)) < high ? r : round_to<scalar_t>(low);
@@ -37,18 +38,18 @@ void uniform(const Tensor& out, double low, double high) {
   });
 }
 
-void normal(const Tensor& out, double mean, double std) {
+void normal(const Tensor& out, double mean, double std, Generator* generator) {
   HG_DISPATCH_FLOATING(out.dtype(), "randn", [&] {
     auto* o = static_cast<scalar_t*>(out.data_ptr());
-    draw(out, "randn",
+    draw(out, "randn", generator,
          [&](int64_t i, const philox::Words& w) { o[i] = round_to<scalar_t>(philox::normal(w, mean, std)); });
   });
 }
 
-void randint(const Tensor& out, int64_t low, int64_t high) {
+void randint(const Tensor& out, int64_t low, int64_t high, Generator* generator) {
   HG_DISPATCH_NUMERIC(out.dtype(), "randint", [&] {
     auto* o = static_cast<scalar_t*>(out.data_ptr());
-    draw(out, "randint", [&](int64_t i, const philox::Words& w) {
+    draw(out, "randint", generator, [&](int64_t i, const philox::Words& w) {
       const int64_t v = philox::randint(w, low, high);
       if constexpr (std::is_integral_v<scalar_t>) o[i] = static_cast<scalar_t>(v);
       else o[i] = round_to<scalar_t>(static_cast<double>(v));

@@ -125,12 +125,12 @@ void cumsum(const Tensor& in, const Tensor& out, bool reverse) {
 // offset + i of n counters reserved at once. The draws do not depend on the
 // swaps, so they are made first, in parallel; the swaps are sequential. 64
 // random bits modulo i + 1: a bias below 2^-32 for n < 2^32.
-void randperm(const Tensor& out) {
+void randperm(const Tensor& out, Generator* generator) {
   const int64_t n = out.numel();
   auto* p = static_cast<int64_t*>(out.data_ptr());
   std::iota(p, p + n, int64_t{0});
   if (n < 2) return;
-  const rng::PhiloxState s = rng::cpu_reserve(static_cast<uint64_t>(n));
+  const rng::PhiloxState s = reserve(static_cast<uint64_t>(n), generator);
   std::vector<int64_t> j(static_cast<size_t>(n));
 #pragma omp parallel for schedule(static) if (n >= 2 * kParallelGrain)
   for (int64_t i = 1; i < n; ++i)

@@ -4,7 +4,9 @@
 // offset) lives in device memory: the fill kernel reads it and a one-thread
 // kernel moves the offset on, so a draw never waits for the host and a
 // replayed CUDA graph draws new numbers, as an eager call would. Draws on two
-// streams are ordered through an event (stream-ordered, no host wait).
+// streams are ordered through an event (stream-ordered, no host wait). A draw
+// from a Generator object (core/generator.h) takes its (seed, offset) from the
+// host instead (draw_counters, kernels/cuda/random.cuh).
 #include <mutex>
 #include <vector>
 
@@ -12,6 +14,7 @@
 #include <halfgrad/core/random.h>
 #include <halfgrad/kernels/cuda/cuda_kernels.h>
 #include <halfgrad/kernels/cuda/loops.cuh>
+#include <halfgrad/kernels/cuda/random.cuh>
 
 namespace halfgrad::kernels::cuda {
 
@@ -66,37 +69,26 @@ DeviceGenerator& generator(int device, cudaStream_t s, bool capturing) {
   return g;
 }
 
-// out[i] = f(draw i) for the contiguous `out`, then the offset moves on by n.
+// out[i] = f(draw i) for the contiguous `out`.
 template <typename S, typename F>
-__global__ void fill_kernel(S* out, int64_t n, const PhiloxState* state, F f) {
-  const uint64_t seed = state->seed, offset = state->offset;
+__global__ void fill_kernel(S* out, int64_t n, PhiloxSource source, F f) {
+  const PhiloxState st = source.get();
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < n; i += stride)
-    out[i] = f(philox::draw(seed, offset, static_cast<uint64_t>(i)));
+    out[i] = f(philox::draw(st.seed, st.offset, static_cast<uint64_t>(i)));
 }
 
 template <typename T, typename F>
-void launch(const Tensor& out, const char* op, F f) {
+void launch(const Tensor& out, const char* op, Generator* gen, F f) {
   const int device = common_device(op, {&out});
   HG_CHECK(out.is_contiguous(), "{}: the output must be contiguous, got {}", op, out.describe());
   const int64_t n = out.numel();
   if (n == 0) return;
-  DeviceGuard guard(device);
-  const cudaStream_t s = stream();
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  HG_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
-  const bool capturing = capture != cudaStreamCaptureStatusNone;
-  std::lock_guard<std::mutex> lock(g_draw_mutex);
-  DeviceGenerator& g = generator(device, s, capturing);
-  fill_kernel<<<grid_for(n, kThreads, device), kThreads, 0, s>>>(static_cast<storage_t<T>*>(out.data_ptr()), n,
-                                                                 g.state, f);
-  HG_CUDA_CHECK(cudaGetLastError());
-  advance_kernel<<<1, 1, 0, s>>>(g.state, static_cast<uint64_t>(n));
-  HG_CUDA_CHECK(cudaGetLastError());
-  if (!capturing) {
-    HG_CUDA_CHECK(cudaEventRecord(g.drawn, s));
-    g.last_stream = s;
-  }
+  draw_counters(op, device, static_cast<uint64_t>(n), gen, [&](const PhiloxSource& source) {
+    fill_kernel<<<grid_for(n, kThreads, device), kThreads, 0, stream()>>>(static_cast<storage_t<T>*>(out.data_ptr()),
+                                                                          n, source, f);
+    HG_CUDA_CHECK(cudaGetLastError());
+  });
 }
 
 // The roundings of kernels/cpu/random.cpp: double -> compute type -> storage.
@@ -131,17 +123,46 @@ struct RandintF {
 
 }  // namespace
 
-void uniform(const Tensor& out, double low, double high) {
-  HG_DISPATCH_FLOATING(out.dtype(), "rand", [&] { launch<scalar_t>(out, "rand", UniformF<scalar_t>{low, high}); });
+void draw_counters(const char* op, int device, uint64_t n, Generator* gen,
+                   const std::function<void(const PhiloxSource&)>& launch) {
+  DeviceGuard guard(device);
+  const cudaStream_t s = stream();
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  HG_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
+  const bool capturing = capture != cudaStreamCaptureStatusNone;
+  if (gen != nullptr) {
+    HG_CHECK(!capturing,
+             "{} on cuda:{} with a Generator object is being captured into a CUDA graph: its state lives on the "
+             "host, so every replay would repeat the captured numbers. Draw from the default generator (no "
+             "generator argument) inside captured code.",
+             op, device);
+    launch(PhiloxSource{nullptr, gen->reserve(n)});
+    return;
+  }
+  std::lock_guard<std::mutex> lock(g_draw_mutex);
+  DeviceGenerator& g = generator(device, s, capturing);
+  launch(PhiloxSource{g.state, {}});
+  advance_kernel<<<1, 1, 0, s>>>(g.state, n);
+  HG_CUDA_CHECK(cudaGetLastError());
+  if (!capturing) {
+    HG_CUDA_CHECK(cudaEventRecord(g.drawn, s));
+    g.last_stream = s;
+  }
 }
 
-void normal(const Tensor& out, double mean, double std) {
-  HG_DISPATCH_FLOATING(out.dtype(), "randn", [&] { launch<scalar_t>(out, "randn", NormalF<scalar_t>{mean, std}); });
+void uniform(const Tensor& out, double low, double high, Generator* gen) {
+  HG_DISPATCH_FLOATING(out.dtype(), "rand",
+                       [&] { launch<scalar_t>(out, "rand", gen, UniformF<scalar_t>{low, high}); });
 }
 
-void randint(const Tensor& out, int64_t low, int64_t high) {
+void normal(const Tensor& out, double mean, double std, Generator* gen) {
+  HG_DISPATCH_FLOATING(out.dtype(), "randn",
+                       [&] { launch<scalar_t>(out, "randn", gen, NormalF<scalar_t>{mean, std}); });
+}
+
+void randint(const Tensor& out, int64_t low, int64_t high, Generator* gen) {
   HG_DISPATCH_NUMERIC(out.dtype(), "randint",
-                      [&] { launch<scalar_t>(out, "randint", RandintF<scalar_t>{low, high}); });
+                      [&] { launch<scalar_t>(out, "randint", gen, RandintF<scalar_t>{low, high}); });
 }
 
 }  // namespace halfgrad::kernels::cuda

@@ -268,13 +268,13 @@ void cumsum(const Tensor& in, const Tensor& out, bool reverse) {
   });
 }
 
-void randperm(const Tensor& out) {
+void randperm(const Tensor& out, Generator* generator) {
   const int device = common_device("randperm", {&out});
   const int64_t n = out.numel();
   if (n == 0) return;
   DeviceGuard guard(device);
   Tensor keys = make_tensor({n}, TensorOptions(DType::Int64, out.device()));
-  randint(keys, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
+  randint(keys, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), generator);
   sort_positions<int64_t>(keys, out, false, device);
 }
 

@@ -247,8 +247,7 @@ TEST_CASE("Autocast misuse gives clear errors", "[amp]") {
   REQUIRE_THROWS_WITH(hg::linear(x, w), Catch::Matchers::Contains("amp::autocast") &&
                                             Catch::Matchers::Contains("float16") &&
                                             Catch::Matchers::Contains("float32"));
-  // only float16 / bfloat16 make sense as the region's dtype
-  REQUIRE_THROWS_AS(hg::amp::autocast(DeviceType::CPU, hg::float64), hg::Error);
+  // the region's dtype (float64 on the CPU: PyTorch's warning, the region off): tests/amp/test_autocast_dtype.cpp
 }
 
 TEST_CASE("In-place ops are not autocast", "[amp]") {
