@@ -45,12 +45,12 @@ Tensor scaled_mm(const Tensor& a, const Tensor& b, const Tensor& scale_a, const 
       if (a.size(1) == 0) {
         out.zero_();
         if (bias.defined()) out.add_(bias);
-        if (options.amax_out.defined()) options.amax_out.copy_(amax(abs(out)).reshape({1}).to(DType::Float32));
+        if (Tensor m = options.amax_out; m.defined()) m.copy_(amax(abs(out)).reshape({1}).to(DType::Float32));
       } else {
         kernels::scaled_mm(in[0], in[1], in[2], in[3], bias, out, options.amax_out);
       }
-    } else if (options.amax_out.defined()) {
-      options.amax_out.fill_(0.0);
+    } else if (Tensor m = options.amax_out; m.defined()) {
+      m.fill_(0.0);
     }
     return out;
   });
