@@ -154,6 +154,11 @@ struct Fp8Plan {
   std::string why;  // when not: the heuristic's status
 };
 
+// cuBLASLt takes layouts by non-const pointer but only reads them: a cached plan's serve as they are.
+cublasLtMatrixLayout_t layout(const cublasLtMatrixLayoutOpaque_t& l) {
+  return const_cast<cublasLtMatrixLayoutOpaque_t*>(&l);
+}
+
 void init_layout(cublasLtMatrixLayoutOpaque_t* l, cudaDataType type, int64_t rows, int64_t cols, int64_t ld) {
   HG_CUBLAS_CHECK(cublasLtMatrixLayoutInit(l, type, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld));
 }
@@ -314,9 +319,9 @@ void scaled_mm(const Tensor& a_in, const Tensor& b_in, const Tensor& scale_a, co
   if (key.amax) set(CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, amax_out.data_ptr());
   void* workspace = plan->workspace_bytes ? halfgrad::cuda::allocate(plan->workspace_bytes, device) : nullptr;
   const cublasStatus_t run =
-      cublasLtMatmul(cublaslt_handle(device), &desc, &alpha, b.data_ptr(), &plan->a, a.data_ptr(), &plan->b, &beta,
-                     out.data_ptr(), &plan->d, out.data_ptr(), &plan->d, &plan->algo, workspace,
-                     plan->workspace_bytes, stream());
+      cublasLtMatmul(cublaslt_handle(device), &desc, &alpha, b.data_ptr(), layout(plan->a), a.data_ptr(),
+                     layout(plan->b), &beta, out.data_ptr(), layout(plan->d), out.data_ptr(), layout(plan->d),
+                     &plan->algo, workspace, plan->workspace_bytes, stream());
   if (workspace) halfgrad::cuda::release(workspace, device);  // stream-ordered: safe once queued (gemm.cu)
   HG_CUBLAS_CHECK_CTX(run, describe());
   if (bias_pass) gemm_passes::epilogue_pass(gemm_passes::Act::Identity, out, 1.0, bias, Tensor(), out);
