@@ -1,7 +1,9 @@
 // layer_norm, embedding and scaled_dot_product_attention (the ops of a small
-// GPT, composites of differentiable ops): forward against float64 references
-// computed here in plain loops, in every float dtype; backward by finite
-// differences in float64; layer_norm's float32 statistics and sdpa's
+// GPT; layer_norm a fused op, the others composites): forward against float64
+// references computed here in plain loops, in every float dtype; backward by
+// finite differences in float64, and layer_norm's fused backward against a
+// float64 reference too (odd, single and large rows, with and without weight
+// and bias, its bits for 1 and 2 threads); layer_norm's float32 statistics and sdpa's
 // lower-precision row under autocast; sdpa's causal, bool and float masks,
 // scale and dropout; embedding's padding_idx and index errors; and on a CUDA
 // device, CUDA against the CPU.
