@@ -18,7 +18,7 @@ add_library(halfgrad SHARED
   kernels/router.cpp kernels/common.cpp kernels/numeric_settings.cpp kernels/cpu/threads.cpp
   kernels/cpu/elementwise.cpp kernels/cpu/reduce.cpp kernels/cpu/softmax.cpp kernels/cpu/random.cpp kernels/cpu/matmul.cpp
   kernels/cpu/linear_chain.cpp kernels/cpu/gemm.cpp kernels/cpu/sort.cpp kernels/cpu/index.cpp kernels/cpu/conv_direct.cpp
-  kernels/cpu/batch_norm.cpp kernels/cpu/pool.cpp kernels/cpu/fp8.cpp kernels/cpu/multinomial.cpp
+  kernels/cpu/batch_norm.cpp kernels/cpu/pool.cpp kernels/cpu/fp8.cpp kernels/cpu/multinomial.cpp kernels/cpu/layer_norm.cpp
   ops/util.cpp ops/factory.cpp ops/shape.cpp ops/elementwise.cpp ops/grad_ops.cpp
   ops/reduce.cpp ops/norms.cpp ops/logical.cpp ops/linalg.cpp ops/linear_chain.cpp ops/loss.cpp ops/print.cpp
   ops/tensor_methods.cpp ops/sort.cpp ops/indexing.cpp ops/index_expr.cpp ops/norm_pool.cpp ops/conv.cpp

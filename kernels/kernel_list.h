@@ -171,6 +171,30 @@ HG_KERNEL(void, softmax, (const Tensor& in, const Tensor& out, bool log),
 // log-softmax: g - exp(y) * sum(g).
 HG_KERNEL(void, softmax_backward, (const Tensor& grad_out, const Tensor& y, const Tensor& grad_in, bool log),
           (grad_out, y, grad_in, log), grad_out)
+// Layer normalisation over the last dim of x [rows, n] (contiguous: ops/layer_norm.cpp
+// views the normalized dims as one; CPU: kernels/cpu/layer_norm.cpp, CUDA:
+// kernels/cuda/layer_norm.cu). A, the statistics dtype, is float64 for float64 x and
+// float32 for float32, float16 and bfloat16. Per row r: mean[r] and rstd[r] =
+// 1 / sqrt(var + eps) (A, [rows], contiguous) with the biased variance taken in two
+// passes over the row (the mean, then the squared deviations from it: no
+// cancellation, as PyTorch's Welford), and out (x's shape and dtype) =
+// (x - mean[r]) * rstd[r] * weight + bias, computed in A and rounded once.
+// weight and bias are [n] contiguous in A (the op converts them; undefined: 1 and 0).
+HG_KERNEL(void, layer_norm_forward, (const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                                     const Tensor& out, const Tensor& mean, const Tensor& rstd),
+          (x, weight, bias, eps, out, mean, rstd), x)
+// Its backward for the output gradient grad_out (x's shape and dtype, contiguous),
+// from the forward's mean and rstd; weight as above. With xhat = (x - mean) * rstd
+// and gw = grad_out * weight, each result only when defined (else not wanted):
+//   grad_x = rstd * (gw - mean_j(gw) - xhat * mean_j(gw * xhat))   (x's dtype, rounded once)
+//   grad_weight[j] = sum_r grad_out * xhat,  grad_bias[j] = sum_r grad_out   ([n], A)
+// Sums in A; the column sums over rows are split into chunks fixed by the row count
+// alone (partial sums, then added in chunk order): no atomics, the same bits on every
+// run and for every thread count.
+HG_KERNEL(void, layer_norm_backward, (const Tensor& grad_out, const Tensor& x, const Tensor& mean,
+                                      const Tensor& rstd, const Tensor& weight, const Tensor& grad_x,
+                                      const Tensor& grad_weight, const Tensor& grad_bias),
+          (grad_out, x, mean, rstd, weight, grad_x, grad_weight, grad_bias), grad_out)
 // Per-sample negative log-likelihood: out[i] = -logp[i, target[i]] (0 where
 // target == ignore_index). logp [N, C] contiguous, target int64 [N]. A target
 // outside [0, C) other than ignore_index is an Error naming it.

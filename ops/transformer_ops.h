@@ -2,12 +2,15 @@
 // The ops of a small transformer (torch.nn.functional.layer_norm, embedding,
 // scaled_dot_product_attention). Included by <halfgrad/ops/ops.h>.
 //
-// All three are composites (dispatch::composite): the autocast step sees the
-// op's own name, then the body runs public differentiable ops (mean, var,
-// index_select, where, matmul, softmax, dropout ...), which record their own
-// history. So each is twice differentiable, on the CPU and CUDA alike.
-// scaled_dot_product_attention's body may instead run cuDNN's fused attention
-// on CUDA (below: when, and how to ask); it keeps the same promises.
+// layer_norm is one op with a fused kernel each way (ops/layer_norm.cpp); under
+// create_graph its backward is written with differentiable ops. embedding and
+// scaled_dot_product_attention are composites (dispatch::composite): the
+// autocast step sees the op's own name, then the body runs public
+// differentiable ops (index_select, where, matmul, softmax, dropout ...),
+// which record their own history. So each of the three is twice
+// differentiable, on the CPU and CUDA alike. scaled_dot_product_attention's
+// body may instead run cuDNN's fused attention on CUDA (below: when, and how
+// to ask); it keeps the same promises.
 //
 // Autocast: layer_norm has PyTorch's fp32 row on CUDA (float16/bfloat16 inputs
 // are cast to float32, the output is float32) and no row on the CPU (it runs in

@@ -172,6 +172,30 @@ TEST_CASE("second derivatives of softmax and the losses", "[autograd][double]") 
   check_second("smooth_l1", [](V in) { return smooth_l1_loss(mul(in[0], in[0]), in[1]); }, {x, t});
 }
 
+// layer_norm's backward is a fused kernel; under create_graph it is written
+// with ops (ops/layer_norm.cpp), and gives the kernel's first derivatives.
+TEST_CASE("second derivatives of layer_norm through its fused op", "[autograd][double][layer_norm]") {
+  const Tensor x = hgtest::leaf({3, 5}), w = hgtest::leaf({5}, 0.5, 1.5), b = hgtest::leaf({5});
+  using V = const std::vector<Tensor>&;
+  check_second("layer_norm affine", [](V in) {
+    const Tensor y = layer_norm(in[0], {5}, in[1], in[2]);
+    return mul(y, y);
+  }, {x, w, b});
+  check_second("layer_norm plain", [](V in) { return mul(layer_norm(in[0], {5}), in[0]); }, {x});
+  check_second("layer_norm two dims", [](V in) {
+    const Tensor y = layer_norm(in[0], {2, 3}, in[1], Tensor());
+    return mul(y, y);
+  }, {hgtest::leaf({2, 2, 3}), hgtest::leaf({2, 3}, 0.5, 1.5)});
+  // the create_graph formula's first derivatives are the kernel's
+  const Tensor y = sum(mul(layer_norm(x, {5}, w, b), layer_norm(x, {5}, w, b)));
+  const auto with_graph = autograd::grad({y}, {x, w, b}, {}, {.create_graph = true});
+  const auto plain = autograd::grad({y}, {x, w, b});
+  for (size_t i = 0; i < 3; ++i) {
+    INFO("input " << i);
+    HG_CHECK_CLOSE_TOL(with_graph[i], values(plain[i]), 1e-12);
+  }
+}
+
 TEST_CASE("a second backward through an op that is not twice differentiable is an Error naming it",
           "[autograd][double][errors]") {
   const Tensor x = hgtest::leaf({1, 2, 5, 5}), w = hgtest::leaf({3, 2, 3, 3});

@@ -1,7 +1,9 @@
 // layer_norm, embedding and scaled_dot_product_attention (the ops of a small
-// GPT, composites of differentiable ops): forward against float64 references
-// computed here in plain loops, in every float dtype; backward by finite
-// differences in float64; layer_norm's float32 statistics and sdpa's
+// GPT; layer_norm a fused op, the others composites): forward against float64
+// references computed here in plain loops, in every float dtype; backward by
+// finite differences in float64, and layer_norm's fused backward against a
+// float64 reference too (odd, single and large rows, with and without weight
+// and bias, its bits for 1 and 2 threads); layer_norm's float32 statistics and sdpa's
 // lower-precision row under autocast; sdpa's causal, bool and float masks,
 // scale and dropout; embedding's padding_idx and index errors; and on a CUDA
 // device, CUDA against the CPU.
@@ -49,6 +51,41 @@ std::vector<double> layer_norm_ref(const std::vector<double>& v, int64_t n, cons
     }
   }
   return out;
+}
+
+// The gradients of sum(g * layer_norm(v)) (v, g viewed as [rows, n]; w empty:
+// no weight), float64: dx, and the column sums dw = sum g * xhat, db = sum g.
+struct LayerNormGrads {
+  std::vector<double> dx, dw, db;
+};
+LayerNormGrads layer_norm_backward_ref(const std::vector<double>& v, const std::vector<double>& g, int64_t n,
+                                       const std::vector<double>& w, double eps) {
+  const int64_t rows = static_cast<int64_t>(v.size()) / n;
+  LayerNormGrads r{std::vector<double>(v.size()), std::vector<double>(static_cast<size_t>(n)),
+                   std::vector<double>(static_cast<size_t>(n))};
+  std::vector<double> xhat(static_cast<size_t>(n)), gw(static_cast<size_t>(n));
+  for (int64_t row = 0; row < rows; ++row) {
+    const double* x = v.data() + row * n;
+    const double* gr = g.data() + row * n;
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < n; ++i) mean += x[i];
+    mean /= static_cast<double>(n);
+    for (int64_t i = 0; i < n; ++i) var += (x[i] - mean) * (x[i] - mean);
+    const double rstd = 1.0 / std::sqrt(var / static_cast<double>(n) + eps);
+    double a = 0, c = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      xhat[i] = (x[i] - mean) * rstd;
+      gw[i] = gr[i] * (w.empty() ? 1.0 : w[i]);
+      a += gw[i];
+      c += gw[i] * xhat[i];
+      r.dw[i] += gr[i] * xhat[i];
+      r.db[i] += gr[i];
+    }
+    a /= static_cast<double>(n);
+    c /= static_cast<double>(n);
+    for (int64_t i = 0; i < n; ++i) r.dx[row * n + i] = rstd * (gw[i] - a - xhat[i] * c);
+  }
+  return r;
 }
 
 // sdpa over B independent problems: q [B, L, E], k [B, S, E], v [B, S, Ev];
@@ -134,6 +171,97 @@ TEST_CASE("layer_norm's backward matches finite differences in float64", "[ops][
   HG_GRADCHECK(last, {hgtest::strided_leaf({4, 5}), w, b});
   HG_GRADCHECK(last, {x.detach(), w, b});  // parameters only
   HG_GRADCHECK(last, {x, w.detach(), Tensor()});
+  // through the fused backward: odd rows, bias only, rows in several chunks of its column sums
+  const auto odd = [](const std::vector<Tensor>& in) { return layer_norm(in[0], {7}, in[1], in[2]); };
+  HG_GRADCHECK(odd, {hgtest::leaf({3, 7}), hgtest::leaf({7}, 0.5, 1.5), hgtest::leaf({7})});
+  HG_GRADCHECK(odd, {hgtest::leaf({2, 7}), Tensor(), hgtest::leaf({7})});
+  const auto many = [](const std::vector<Tensor>& in) {
+    const Tensor y = layer_norm(in[0], {3}, in[1], in[2]);
+    return mul(y, y);
+  };
+  HG_GRADCHECK(many, {hgtest::leaf({41, 3}), hgtest::leaf({3}, 0.5, 1.5), hgtest::leaf({3})});
+}
+
+// The fused kernels (kernels/cpu/layer_norm.cpp): rows of odd lengths (the
+// kernel's 16 partial sums and their tail), one row, a large row, enough rows
+// for several chunks of the column sums and the OpenMP team, with and without
+// weight and bias; forward and all three gradients against float64.
+TEST_CASE("layer_norm's fused forward and backward match float64 in every float dtype, odd and large rows",
+          "[ops][layer_norm][autograd]") {
+  const std::vector<Shape> shapes = {{5, 7}, {3, 33}, {4, 1}, {1, 4099}, {41, 3}, {600, 130}};
+  for (const Shape& shape : shapes)
+    for (DType dt : hgtest::kFloatDTypes)
+      for (int affine : {0, 1, 2}) {  // none, weight and bias, bias only
+        const int64_t n = shape[1];
+        INFO(shape_str(shape) << " " << hgtest::dname(dt) << " affine " << affine);
+        Tensor x = hgtest::uniform(shape, dt, -3, 5);
+        Tensor w = affine == 1 ? hgtest::uniform({n}, dt, 0.5, 1.5) : Tensor();
+        Tensor b = affine ? hgtest::uniform({n}, dt, -1, 1) : Tensor();
+        for (Tensor* t : {&x, &w, &b})
+          if (t->defined()) t->requires_grad_(true);
+        const Tensor y = layer_norm(x, {n}, w, b);
+        const std::vector<double> wv = w.defined() ? values(w) : std::vector<double>{};
+        HG_CHECK_CLOSE(y, layer_norm_ref(values(x), n, wv, b.defined() ? values(b) : std::vector<double>{}, 1e-5));
+        const Tensor g = hgtest::uniform(shape, dt);
+        y.backward(g);
+        const LayerNormGrads ref = layer_norm_backward_ref(values(x), values(g), n, wv, 1e-5);
+        REQUIRE(x.grad().defined());
+        CHECK(x.grad().dtype() == dt);
+        HG_CHECK_CLOSE(x.grad(), ref.dx);
+        if (w.defined()) {
+          CHECK(w.grad().dtype() == dt);
+          HG_CHECK_CLOSE(w.grad(), ref.dw);
+        }
+        if (b.defined()) {
+          CHECK(b.grad().dtype() == dt);
+          HG_CHECK_CLOSE(b.grad(), ref.db);
+        }
+      }
+  // AMP's mixed case: bfloat16 and float16 rows with float32 parameters; the
+  // parameters' gradients are float32 sums, as accurate as float32
+  for (DType dt : {bfloat16, float16}) {
+    INFO(hgtest::dname(dt) << " with float32 weight and bias");
+    Tensor x = hgtest::uniform({37, 19}, dt, -3, 5), w = hgtest::uniform({19}, float32, 0.5, 1.5),
+           b = hgtest::uniform({19}, float32);
+    for (Tensor* t : {&x, &w, &b}) t->requires_grad_(true);
+    const Tensor g = hgtest::uniform({37, 19}, dt);
+    const Tensor y = layer_norm(x, {19}, w, b);
+    CHECK(y.dtype() == dt);
+    HG_CHECK_CLOSE(y, layer_norm_ref(values(x), 19, values(w), values(b), 1e-5));
+    y.backward(g);
+    const LayerNormGrads ref = layer_norm_backward_ref(values(x), values(g), 19, values(w), 1e-5);
+    HG_CHECK_CLOSE(x.grad(), ref.dx);
+    CHECK(w.grad().dtype() == float32);
+    HG_CHECK_CLOSE_TOL(w.grad(), ref.dw, 1e-5);
+    HG_CHECK_CLOSE_TOL(b.grad(), ref.db, 1e-5);
+  }
+  // rows far from 0 with a small spread: the two-pass variance keeps them
+  // (E[x^2] - E[x]^2 in float32 would cancel to noise)
+  std::vector<double> v(3 * 64);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = 1000.0 + 0.1 * static_cast<double>((i * 7) % 9);
+  const Tensor xf = hgtest::make(v, {3, 64}, float32);
+  HG_CHECK_CLOSE_TOL(layer_norm(xf, {64}), layer_norm_ref(values(xf), 64, {}, {}, 1e-5), 1e-3);
+}
+
+TEST_CASE("layer_norm's backward gives the same bits on every run and for 1 and 2 threads",
+          "[ops][layer_norm][autograd]") {
+  const Tensor x0 = hgtest::uniform({700, 96}, float32), w0 = hgtest::uniform({96}, float32, 0.5, 1.5),
+               b0 = hgtest::uniform({96}, float32), g = hgtest::uniform({700, 96}, float32);
+  const int threads = get_num_threads();
+  std::vector<std::vector<Tensor>> grads;
+  for (int t : {1, 2, 2}) {
+    set_num_threads(t);
+    Tensor x = x0.clone(), w = w0.clone(), b = b0.clone();
+    for (Tensor* p : {&x, &w, &b}) p->requires_grad_(true);
+    layer_norm(x, {96}, w, b).backward(g);
+    grads.push_back({x.grad(), w.grad(), b.grad()});
+  }
+  set_num_threads(threads);
+  for (size_t run = 1; run < grads.size(); ++run)
+    for (size_t i = 0; i < 3; ++i) {
+      INFO("run " << run << " gradient " << i);
+      CHECK(hgtest::same_bits(grads[run][i], grads[0][i]));
+    }
 }
 
 TEST_CASE("layer_norm under autocast: statistics in float32, CPU runs in the input's dtype",
@@ -440,6 +568,47 @@ TEST_CASE("CUDA layer_norm matches the CPU, and takes float32 under CUDA autocas
   amp::autocast region(DeviceType::CUDA);
   const Tensor y = layer_norm(xh, {16}, dev(hgtest::uniform({16}, float32)), Tensor());
   CHECK(y.dtype() == float32);
+}
+
+// The fused kernels: warp rows (odd length), block rows (over 1024), enough
+// rows for several chunks of the column sums, with and without weight and bias.
+TEST_CASE("CUDA layer_norm's fused kernels match the CPU: half types, odd and long rows, many rows",
+          "[cuda][ops][layer_norm]") {
+  using hgtest::cuda::dev;
+  using hgtest::cuda::expect_same;
+  using hgtest::cuda::kCuda;
+  using hgtest::cuda::leaf_on;
+  const std::vector<Shape> shapes = {{3, 33}, {2, 1500}, {700, 20}};
+  for (const Shape& shape : shapes)
+    for (DType dt : hgtest::kFloatDTypes)
+      for (int affine : {0, 1}) {
+        const int64_t n = shape[1];
+        const std::string what = shape_str(shape) + " " + hgtest::dname(dt) + (affine ? " affine" : " plain");
+        const Tensor x = hgtest::uniform(shape, dt, -3, 5), g = hgtest::uniform(shape, dt);
+        const Tensor w = affine ? hgtest::uniform({n}, dt, 0.5, 1.5) : Tensor();
+        const Tensor b = affine ? hgtest::uniform({n}, dt) : Tensor();
+        const Tensor xc = leaf_on(x, hgtest::cuda::kCpu), xg = leaf_on(x, kCuda);
+        const Tensor wc = affine ? leaf_on(w, hgtest::cuda::kCpu) : Tensor(), wg = affine ? leaf_on(w, kCuda) : Tensor();
+        const Tensor bc = affine ? leaf_on(b, hgtest::cuda::kCpu) : Tensor(), bg = affine ? leaf_on(b, kCuda) : Tensor();
+        const Tensor yc = layer_norm(xc, {n}, wc, bc), yg = layer_norm(xg, {n}, wg, bg);
+        expect_same(yg, yc, "forward " + what);
+        yc.backward(g);
+        yg.backward(dev(g));
+        expect_same(xg.grad(), xc.grad(), "dx " + what);
+        if (affine) {
+          expect_same(wg.grad(), wc.grad(), "dw " + what);
+          expect_same(bg.grad(), bc.grad(), "db " + what);
+        }
+      }
+  // the column sums are the same bits on every run (no atomics)
+  const Tensor x = hgtest::uniform({700, 20}, float32), w = hgtest::uniform({20}, float32);
+  std::vector<Tensor> dws;
+  for (int run = 0; run < 2; ++run) {
+    const Tensor xg = leaf_on(x, kCuda), wg = leaf_on(w, kCuda);
+    layer_norm(xg, {20}, wg, Tensor()).backward(dev(ones({700, 20})));
+    dws.push_back(wg.grad().cpu());
+  }
+  CHECK(hgtest::same_bits(dws[0], dws[1]));
 }
 
 TEST_CASE("CUDA embedding matches the CPU and refuses out-of-range indices", "[cuda][ops][embedding]") {
